@@ -1,0 +1,1 @@
+"""GPU-native accelerator management for OpenStack, wire-compatible with Cyborg v2."""

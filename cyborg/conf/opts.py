@@ -1,0 +1,80 @@
+"""Every option the service reads, grouped as in cyborg.conf.
+
+`list_opts` feeds oslo-config-generator (etc/cyborg/cyborg.conf.sample).
+"""
+
+import socket
+
+from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
+
+default_opts = [
+    cfg.StrOpt('host', default=socket.gethostname(), sample_default='<hostname>',
+               help='Name of this host: the agent RPC server name and the '
+                    'default hypervisor nodename used to find the compute '
+                    'node resource provider.'),
+    cfg.StrOpt('state_path', default='/var/lib/cyborg',
+               help='Directory for state files (SQLite database in the '
+                    'embedded mode).'),
+]
+
+api_opts = [
+    cfg.HostAddressOpt('host_ip', default='127.0.0.1',
+                       help='Address the API server listens on.'),
+    cfg.PortOpt('port', default=6666, help='Port the API server listens on.'),
+    cfg.IntOpt('api_workers', min=1, default=2,
+               help='Number of API worker processes for cyborg-api.'),
+    cfg.StrOpt('auth_strategy', default='keystone',
+               choices=[('keystone', 'Validate tokens with keystonemiddleware.'),
+                        ('noauth', 'No token validation; identity headers are '
+                                   'trusted, absent ones mean an admin with the '
+                                   'service role.')],
+               help='How API requests are authenticated.'),
+    cfg.StrOpt('noauth_project_id', default='cyborg-admin-project',
+               help='With auth_strategy=noauth, the project a request acts '
+                    'in when it sends no identity headers.'),
+    cfg.URIOpt('public_endpoint',
+               help='Base URL used in links, e.g. '
+                    'https://cloud.example.org/accelerator. Defaults to the '
+                    'URL the request came in on.'),
+    cfg.IntOpt('max_limit', default=1000, min=1,
+               help='Largest number of items a list returns at once.'),
+]
+
+CONF_GROUPS = {
+    'api': api_opts,
+}
+
+
+def register_opts(conf):
+    conf.register_opts(default_opts)
+    for group, group_opts in CONF_GROUPS.items():
+        conf.register_opts(group_opts, group=group)
+    from oslo_db import options as db_options
+    db_options.set_defaults(conf, connection='sqlite:///cyborg.sqlite')
+    for group in ('placement', 'nova'):
+        ks_loading.register_session_conf_options(conf, group)
+        ks_loading.register_auth_conf_options(conf, group)
+        ks_loading.register_adapter_conf_options(conf, group)
+    conf.set_default('service_type', 'placement', group='placement')
+    conf.set_default('service_type', 'compute', group='nova')
+    conf.set_default('valid_interfaces', ['internal', 'public'],
+                     group='placement')
+    conf.set_default('valid_interfaces', ['internal', 'public'], group='nova')
+
+
+def _ks_opts(group):
+    return (ks_loading.get_session_conf_options()
+            + ks_loading.get_auth_common_conf_options()
+            + ks_loading.get_auth_plugin_conf_options('password')
+            + ks_loading.get_adapter_conf_options(include_deprecated=False))
+
+
+def list_opts():
+    """Options of our own groups, for the sample config generator."""
+    return [
+        ('DEFAULT', default_opts),
+        ('api', api_opts),
+        ('placement', _ks_opts('placement')),
+        ('nova', _ks_opts('nova')),
+    ]

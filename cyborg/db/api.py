@@ -1,0 +1,81 @@
+"""Engine and transactions (oslo.db enginefacade), plus list pagination.
+
+All DB modules open transactions through `reader()`/`writer()`; one API
+request is one writer transaction, so nothing is ever half-written.
+"""
+
+import threading
+
+from oslo_db.sqlalchemy import enginefacade
+import sqlalchemy as sa
+
+from cyborg.common import exception
+from cyborg.conf import CONF
+
+_LOCK = threading.Lock()
+_FACADE = None
+
+
+class _Scope:
+    """Holder enginefacade keeps its per-call transaction state on."""
+
+
+def configure(connection=None):
+    """(Re)create the engine facade, for `connection` or [database]."""
+    global _FACADE
+    with _LOCK:
+        facade = enginefacade.transaction_context()
+        facade.configure(
+            connection=connection or CONF.database.connection,
+            sqlite_fk=True,
+            max_pool_size=CONF.database.max_pool_size,
+            max_overflow=CONF.database.max_overflow,
+            pool_timeout=CONF.database.pool_timeout)
+        old, _FACADE = _FACADE, facade
+    if old is not None:
+        old.dispose_pool()
+
+
+def _facade():
+    if _FACADE is None:
+        configure()
+    return _FACADE
+
+
+def reader():
+    return _facade().reader.using(_Scope())
+
+
+def writer():
+    return _facade().writer.using(_Scope())
+
+
+def get_engine():
+    return _facade().writer.get_engine()
+
+
+def dispose():
+    global _FACADE
+    with _LOCK:
+        if _FACADE is not None:
+            _FACADE.dispose_pool()
+        _FACADE = None
+
+
+def paginate(session, query, table, limit=None, marker=None):
+    """Order by id and apply limit/marker (marker = uuid of the last item)."""
+    if marker is not None:
+        marker_id = session.execute(
+            sa.select(table.c.id).where(table.c.uuid == marker)).scalar()
+        if marker_id is None:
+            raise exception.Invalid(
+                reason='marker %s does not match any item' % marker)
+        query = query.where(table.c.id > marker_id)
+    query = query.order_by(table.c.id)
+    if limit is not None:
+        query = query.limit(limit)
+    return query
+
+
+def rows(result):
+    return [dict(r) for r in result.mappings()]

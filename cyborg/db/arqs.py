@@ -1,0 +1,214 @@
+"""Accelerator request (ARQ) storage.
+
+State changes are conditional UPDATEs (`WHERE state IN (...)`), so two
+binders of one ARQ can never both win; every call is one transaction.
+"""
+
+import json
+
+from oslo_db import exception as db_exc
+from oslo_utils import uuidutils
+import sqlalchemy as sa
+
+from cyborg.common import exception
+from cyborg.db import api
+from cyborg.db import models
+
+ARQ = models.ExtendedAcceleratorRequest.__table__
+DP = models.DeviceProfile.__table__
+AH = models.AttachHandle.__table__
+
+RESOLVED_STATES = ('Bound', 'BindFailed', 'Deleting')
+BINDABLE_STATES = ('Initial', 'Unbound')
+UNBINDABLE_STATES = ('Initial', 'BindStarted', 'Bound', 'BindFailed',
+                     'Unbound', 'UnbindFailed')
+
+_SELECT = sa.select(
+    ARQ.c.id, ARQ.c.uuid, ARQ.c.state, ARQ.c.device_profile_group_id,
+    ARQ.c.hostname, ARQ.c.device_rp_uuid, ARQ.c.instance_uuid,
+    ARQ.c.project_id, ARQ.c.created_at, ARQ.c.updated_at,
+    ARQ.c.bind_failure,
+    DP.c.name.label('device_profile_name'),
+    AH.c.uuid.label('attach_handle_uuid'),
+    AH.c.attach_type.label('attach_handle_type'),
+    AH.c.attach_info.label('attach_handle_info'),
+).select_from(
+    ARQ.join(DP, ARQ.c.device_profile_id == DP.c.id)
+    .outerjoin(AH, ARQ.c.attach_handle_id == AH.c.id))
+
+
+def _decode(row):
+    row = dict(row)
+    bound = row['state'] == 'Bound'
+    info = row.pop('attach_handle_info')
+    row['attach_handle_info'] = json.loads(info) if bound and info else {}
+    row['attach_handle_type'] = (row['attach_handle_type'] or '') if bound else ''
+    if not bound:
+        row['attach_handle_uuid'] = None
+    return row
+
+
+def _scoped(query, project_id):
+    """Restrict to one project; None means every project (admins)."""
+    if project_id is not None:
+        query = query.where(ARQ.c.project_id == project_id)
+    return query
+
+
+def create(device_profile_id, counts, project_id):
+    """Insert counts[g] ARQs for each group index g, in group order."""
+    uuids = []
+    values = []
+    for group_id, count in enumerate(counts):
+        for _ in range(count):
+            uuid = uuidutils.generate_uuid()
+            uuids.append(uuid)
+            values.append({'uuid': uuid, 'state': 'Initial',
+                           'device_profile_id': device_profile_id,
+                           'device_profile_group_id': group_id,
+                           'project_id': project_id})
+    if not values:
+        return []
+    try:
+        with api.writer() as session:
+            session.execute(ARQ.insert(), values)
+            result = session.execute(
+                _SELECT.where(ARQ.c.uuid.in_(uuids)).order_by(ARQ.c.id))
+            return [_decode(r) for r in result.mappings()]
+    except db_exc.DBReferenceError:
+        # The profile was deleted between our read and this insert.
+        raise exception.NotFound(resource='Device Profile',
+                                 msg='with id=%s' % device_profile_id)
+
+
+def list_(project_id=None, instance_uuid=None, states=None, limit=None,
+          marker=None):
+    with api.reader() as session:
+        query = _scoped(_SELECT, project_id)
+        if instance_uuid is not None:
+            query = query.where(ARQ.c.instance_uuid == instance_uuid)
+        if states is not None:
+            query = query.where(ARQ.c.state.in_(states))
+        query = api.paginate(session, query, ARQ, limit, marker)
+        return [_decode(r) for r in session.execute(query).mappings()]
+
+
+def instance_unresolved(instance_uuid, project_id=None):
+    """Whether any of the instance's ARQs is still being bound."""
+    with api.reader() as session:
+        query = _scoped(sa.select(ARQ.c.id), project_id).where(
+            ARQ.c.instance_uuid == instance_uuid,
+            ARQ.c.state.not_in(RESOLVED_STATES)).limit(1)
+        return session.execute(query).first() is not None
+
+
+def get(uuid, project_id=None):
+    with api.reader() as session:
+        row = session.execute(
+            _scoped(_SELECT, project_id).where(ARQ.c.uuid == uuid)
+        ).mappings().first()
+    if row is None:
+        raise exception.not_found('ExtArq', uuid=uuid)
+    return _decode(row)
+
+
+def _require_all(session, uuids, project_id):
+    """Lock and return {uuid: row} for all uuids, or raise 404."""
+    found = {r['uuid']: r for r in session.execute(
+        _scoped(sa.select(ARQ.c.id, ARQ.c.uuid, ARQ.c.state,
+                          ARQ.c.instance_uuid, ARQ.c.attach_handle_id),
+                project_id)
+        .where(ARQ.c.uuid.in_(uuids)).with_for_update()).mappings()}
+    for uuid in uuids:
+        if uuid not in found:
+            raise exception.not_found('ExtArq', uuid=uuid)
+    return found
+
+
+def _transition(session, uuid, target, allowed, values, current):
+    """Move one ARQ to `target` if it is in `allowed`, else ARQBadState."""
+    result = session.execute(
+        ARQ.update()
+        .where(ARQ.c.uuid == uuid, ARQ.c.state.in_(allowed))
+        .values(state=target, **values))
+    if result.rowcount != 1:
+        state = session.execute(
+            sa.select(ARQ.c.state).where(ARQ.c.uuid == uuid)).scalar()
+        raise exception.ARQBadState(state=state or current, uuid=uuid,
+                                    expected=', '.join(allowed))
+
+
+def start_bind(bindings, project_id=None):
+    """Atomically move every ARQ of one PATCH to BindStarted.
+
+    bindings: {arq_uuid: {hostname, device_rp_uuid, instance_uuid,
+    project_id?}}. All or none: a bad state anywhere rolls everything back.
+    """
+    with api.writer() as session:
+        found = _require_all(session, list(bindings), project_id)
+        instances = {b['instance_uuid'] for b in bindings.values()}
+        already = session.execute(
+            sa.select(ARQ.c.instance_uuid)
+            .where(ARQ.c.instance_uuid.in_(instances)).limit(1)).scalar()
+        if already is not None:
+            raise exception.PatchError(
+                reason='Instance %s already has accelerator requests. Cannot '
+                       'bind additional ARQs.' % already)
+        for uuid, values in bindings.items():
+            _transition(session, uuid, 'BindStarted', BINDABLE_STATES,
+                        dict(values, bind_failure=None),
+                        found[uuid]['state'])
+
+
+def unbind(uuids, project_id=None):
+    """Move ARQs to Unbound, clearing their binding and freeing handles."""
+    with api.writer() as session:
+        found = _require_all(session, uuids, project_id)
+        for uuid in uuids:
+            _transition(session, uuid, 'Unbound', UNBINDABLE_STATES,
+                        {'hostname': None, 'device_rp_uuid': None,
+                         'instance_uuid': None, 'attach_handle_id': None,
+                         'deployable_id': None, 'bind_failure': None},
+                        found[uuid]['state'])
+        _free_handles(session, found.values())
+
+
+def _free_handles(session, arq_rows):
+    handle_ids = [r['attach_handle_id'] for r in arq_rows
+                  if r['attach_handle_id'] is not None]
+    if handle_ids:
+        session.execute(AH.update().where(AH.c.id.in_(handle_ids))
+                        .values(in_use=False))
+
+
+def delete_by_uuids(uuids, project_id=None, may_delete_bound=False):
+    """Delete the listed ARQs, all or none (404 if any is missing)."""
+    with api.writer() as session:
+        found = _require_all(session, uuids, project_id)
+        if not may_delete_bound:
+            for uuid in uuids:
+                instance = found[uuid]['instance_uuid']
+                if instance is not None:
+                    raise exception.Forbidden(
+                        'ARQ %s is bound to instance %s. Use the Compute API '
+                        'to manage instance accelerators.' % (uuid, instance))
+        _delete(session, found.values())
+
+
+def delete_by_instance(instance_uuid, project_id=None):
+    """Delete all ARQs of an instance; deleting none is not an error."""
+    with api.writer() as session:
+        found = session.execute(
+            _scoped(sa.select(ARQ.c.id, ARQ.c.attach_handle_id), project_id)
+            .where(ARQ.c.instance_uuid == instance_uuid)
+            .with_for_update()).mappings().all()
+        _delete(session, found)
+
+
+def _delete(session, arq_rows):
+    arq_rows = list(arq_rows)
+    if not arq_rows:
+        return
+    session.execute(ARQ.delete().where(
+        ARQ.c.id.in_([r['id'] for r in arq_rows])))
+    _free_handles(session, arq_rows)

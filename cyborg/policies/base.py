@@ -1,0 +1,44 @@
+"""Building blocks the per-resource defaults are made of.
+
+Targets carry the project of the resource itself (an ARQ's project), not the
+caller's, so `project_id:%(project_id)s` really checks ownership.
+"""
+
+from oslo_policy import policy
+
+ADMIN = 'rule:admin_api'
+SERVICE = 'rule:service_api'
+PROJECT_READER = 'rule:project_reader_api'
+PROJECT_MEMBER = 'rule:project_member_api'
+ADMIN_OR_SERVICE = ADMIN + ' or ' + SERVICE
+ADMIN_OR_READER = ADMIN + ' or ' + PROJECT_READER
+ADMIN_OR_MEMBER_OR_SERVICE = ADMIN + ' or ' + PROJECT_MEMBER + ' or ' + SERVICE
+ADMIN_OR_READER_OR_SERVICE = ADMIN + ' or ' + PROJECT_READER + ' or ' + SERVICE
+
+rules = [
+    policy.RuleDefault('admin_api', 'role:admin',
+                       description='Cloud administrator.'),
+    policy.RuleDefault('service_api', 'role:service or service_roles:service',
+                       description='Another OpenStack service (Nova), '
+                                   'identified by the service role on its '
+                                   'token or its service token.'),
+    policy.RuleDefault('project_reader_api',
+                       'role:reader and project_id:%(project_id)s',
+                       description='A reader of the project owning the '
+                                   'resource.'),
+    policy.RuleDefault('project_member_api',
+                       'role:member and project_id:%(project_id)s',
+                       description='A member of the project owning the '
+                                   'resource.'),
+]
+
+
+def operations(resource, specs):
+    """DocumentedRuleDefaults for `cyborg:<resource>:<action>`."""
+    return [
+        policy.DocumentedRuleDefault(
+            name='cyborg:%s:%s' % (resource, action), check_str=check,
+            description=desc,
+            operations=[{'method': m, 'path': p} for m, p in ops])
+        for action, check, desc, ops in specs
+    ]

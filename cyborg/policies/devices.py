@@ -1,0 +1,14 @@
+from cyborg.policies import base
+
+_P = '/v2/devices'
+
+# Hardware inventory is operator information: not for ordinary projects.
+rules = base.operations('device', [
+    ('get_all', base.ADMIN_OR_SERVICE, 'List devices.', [('GET', _P)]),
+    ('get_one', base.ADMIN_OR_SERVICE, 'Show a device.',
+     [('GET', _P + '/{uuid}')]),
+    ('disable', base.ADMIN, 'Put a device into maintenance.',
+     [('POST', _P + '/{uuid}/disable')]),
+    ('enable', base.ADMIN, 'Take a device out of maintenance.',
+     [('POST', _P + '/{uuid}/enable')]),
+])
