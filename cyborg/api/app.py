@@ -1,0 +1,46 @@
+"""The WSGI application: pecan controllers inside the middleware pipeline
+
+http_proxy_to_wsgi → cors → request_id → error body → microversion → auth.
+"""
+
+from keystonemiddleware import auth_token
+from oslo_middleware import cors
+from oslo_middleware import http_proxy_to_wsgi
+from oslo_middleware import request_id
+import pecan
+
+from cyborg.api import errors
+from cyborg.api import hooks
+from cyborg.api import middleware
+from cyborg.conf import CONF
+
+
+def _pecan_app():
+    return pecan.make_app(
+        'cyborg.api.controllers.root.RootController',
+        hooks=[hooks.ContextHook()],
+        force_canonical=False,
+        guess_content_type_from_ext=False,
+        logging=False)
+
+
+def setup_app(conf=CONF):
+    app = _pecan_app()
+    if conf.api.auth_strategy == 'keystone':
+        app = middleware.PublicRoutes(
+            app, auth_token.AuthProtocol(app, {'oslo_config_config': conf}))
+    else:
+        app = middleware.NoAuth(app, conf.api.noauth_project_id)
+    app = middleware.Microversion(app)
+    app = errors.ErrorWrapper(app)
+    app = request_id.RequestId(app)
+    cors.set_defaults(
+        allow_headers=['X-Auth-Token', 'X-Openstack-Request-Id',
+                       'OpenStack-API-Version', 'Content-Type'],
+        expose_headers=['X-Openstack-Request-Id', 'OpenStack-API-Version',
+                        'OpenStack-API-Minimum-Version',
+                        'OpenStack-API-Maximum-Version'],
+        allow_methods=['GET', 'PUT', 'POST', 'DELETE', 'PATCH'])
+    app = cors.CORS(app, conf)
+    app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
+    return app

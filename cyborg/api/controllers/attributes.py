@@ -1,0 +1,72 @@
+"""/v2/attributes: key/value facts about deployables (rc, traits, ...)."""
+
+import pecan
+
+from cyborg.api.controllers import base
+from cyborg.api.schemas import attributes as schema
+from cyborg.common import exception
+from cyborg.db import attributes as db
+
+
+def serialize(attr):
+    out = {k: attr[k] for k in ('uuid', 'deployable_id', 'key', 'value')}
+    out['links'] = base.links('attributes', attr['uuid'])
+    out.update(base.timestamps(attr))
+    return out
+
+
+class AttributeController:
+    def __init__(self, uuid):
+        self.uuid = uuid
+
+    @pecan.expose(generic=True)
+    def index(self):
+        return base.not_allowed('GET, DELETE')
+
+    @index.when(method='GET')
+    @base.handler()
+    def get(self):
+        base.authorize('cyborg:attribute:get_one')
+        base.query()
+        return serialize(db.get(base.require_uuid(self.uuid, 'attribute')))
+
+    @index.when(method='DELETE')
+    @base.handler(204)
+    def delete(self):
+        base.authorize('cyborg:attribute:delete')
+        base.query()
+        db.delete(base.require_uuid(self.uuid, 'attribute'))
+
+
+class AttributesController:
+
+    @pecan.expose(generic=True)
+    def index(self):
+        return base.not_allowed('GET, POST')
+
+    @index.when(method='GET')
+    @base.handler()
+    def get_all(self):
+        base.authorize('cyborg:attribute:get_all')
+        params = base.query('deployable_id', 'key', 'limit', 'marker')
+        deployable_id = params.get('deployable_id')
+        if deployable_id is not None:
+            if not deployable_id.isdigit():
+                raise exception.Invalid('deployable_id must be an integer')
+            deployable_id = int(deployable_id)
+        return {'attributes': [serialize(a) for a in db.list_(
+            deployable_id, params.get('key'), **base.pagination(params))]}
+
+    @index.when(method='POST')
+    @base.handler(201)
+    def post(self):
+        base.authorize('cyborg:attribute:create')
+        base.query()
+        body = base.body(schema.CREATE)
+        attr = body.get('attribute', body)
+        return serialize(db.create(int(attr['deployable_id']), attr['key'],
+                                   attr['value']))
+
+    @pecan.expose()
+    def _lookup(self, uuid, *remainder):
+        return AttributeController(uuid), remainder

@@ -1,0 +1,155 @@
+"""What every handler shares: JSON in and out, query parameters, links."""
+
+import datetime
+import functools
+import inspect
+import json
+
+import jsonschema
+from oslo_utils import uuidutils
+import pecan
+
+from cyborg.api import errors
+from cyborg.api import microversion
+from cyborg.common import exception
+from cyborg.conf import CONF
+from cyborg import policy
+
+
+def handler(status=200):
+    """Render a handler's return value as JSON with `status` (None → no
+    body) and turn domain exceptions into Cyborg error bodies."""
+    def decorate(fn):
+        takes_extra = inspect.getfullargspec(fn).varargs is not None
+
+        @functools.wraps(fn)
+        def wrapper(self, *args, **kwargs):
+            if args and not takes_extra:
+                # Pecan hands unmatched path segments to the index handler.
+                return errors.response_for(exception.NotFound(
+                    'The resource could not be found.'))
+            try:
+                result = fn(self, *args)
+            except exception.CyborgException as e:
+                return errors.response_for(e)
+            response = pecan.response
+            response.status = status
+            if result is None:
+                response.body = b''
+                del response.content_type
+            else:
+                response.content_type = 'application/json'
+                response.text = json.dumps(result)
+            return response
+        return wrapper
+    return decorate
+
+
+def not_allowed(allowed):
+    """The fallback of a generic pecan index: 405 with an Allow header."""
+    response = errors.response_for(_MethodNotAllowed(pecan.request.method))
+    response.allow = allowed
+    return response
+
+
+class _MethodNotAllowed(exception.CyborgException):
+    code = 405
+    msg_fmt = 'Method %(method)s is not allowed for this resource.'
+
+    def __init__(self, method):
+        super().__init__(method=method)
+
+
+def context():
+    return pecan.request.context
+
+
+def authorize(action, target=None):
+    policy.authorize(context(), action, target)
+
+
+def version():
+    return pecan.request.environ[microversion.ENVIRON_KEY]
+
+
+def query(*allowed):
+    """The request's query parameters, 400 for any not in `allowed`."""
+    params = {}
+    for key, value in pecan.request.GET.items():
+        if key not in allowed:
+            raise exception.Invalid('Unknown argument: "%s"' % key)
+        params[key] = value
+    return params
+
+
+def pagination(params):
+    """limit (clipped to [api] max_limit) and marker from query params."""
+    limit = params.get('limit')
+    if limit is not None:
+        try:
+            limit = int(limit)
+        except ValueError:
+            limit = -1
+        if limit < 1:
+            raise exception.Invalid('limit must be a positive integer')
+        limit = min(limit, CONF.api.max_limit)
+    else:
+        limit = CONF.api.max_limit
+    marker = params.get('marker')
+    if marker is not None:
+        require_uuid(marker, 'marker')
+    return {'limit': limit, 'marker': marker}
+
+
+def require_uuid(value, what='uuid'):
+    if not uuidutils.is_uuid_like(value):
+        raise exception.Invalid('Expected a uuid for %s but received %s'
+                                % (what, value))
+    return value
+
+
+def body(schema=None):
+    """The parsed JSON body, validated against `schema` when given."""
+    try:
+        data = json.loads(pecan.request.body or b'null')
+    except ValueError:
+        raise exception.Invalid('Malformed JSON in request body.')
+    if schema is not None:
+        validate(data, schema)
+    return data
+
+
+def validate(data, schema):
+    try:
+        jsonschema.validate(data, schema,
+                            format_checker=jsonschema.FormatChecker())
+    except jsonschema.ValidationError as e:
+        where = '/'.join(str(p) for p in e.absolute_path)
+        raise exception.Invalid(
+            'Invalid input%s: %s' % (' for ' + where if where else '',
+                                     e.message))
+
+
+def base_url():
+    return (CONF.api.public_endpoint or pecan.request.application_url
+            ).rstrip('/')
+
+
+def links(resource, uuid, bookmark=False):
+    out = [{'href': '%s/v2/%s/%s' % (base_url(), resource, uuid),
+            'rel': 'self'}]
+    if bookmark:
+        out.append({'href': '%s/%s/%s' % (base_url(), resource, uuid),
+                    'rel': 'bookmark'})
+    return out
+
+
+def isotime(value):
+    if value is None:
+        return None
+    return value.replace(tzinfo=datetime.timezone.utc).isoformat()
+
+
+def timestamps(row):
+    return {'created_at': isotime(row['created_at']),
+            'updated_at': isotime(row['updated_at'])}

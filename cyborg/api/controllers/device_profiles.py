@@ -1,0 +1,159 @@
+"""/v2/device_profiles: named, global lists of request groups."""
+
+import re
+
+from oslo_utils import uuidutils
+import pecan
+
+from cyborg.api.controllers import base
+from cyborg.api import microversion
+from cyborg.api.schemas import device_profiles as schema
+from cyborg.common import exception
+from cyborg.db import device_profiles as db
+
+NAME_RE = re.compile(r'^[a-zA-Z0-9-_]+$')
+KEY_RE = re.compile(r'^(resources:|trait:|accel:)')
+TRAIT_VALUES = ['required', 'forbidden']
+# Resource classes Placement (or Nova) knows, besides CUSTOM_*.
+STANDARD_RCS = ('FPGA', 'PGPU', 'VGPU')
+
+
+def serialize(dp):
+    return dict({'uuid': dp['uuid'], 'name': dp['name'],
+                 'description': dp['description'], 'groups': dp['groups'],
+                 'links': base.links('device_profiles', dp['uuid'])},
+                **base.timestamps(dp))
+
+
+def _normalize_group(group):
+    """Validate one request group; return it with canonical keys/values."""
+    out = {}
+    for key, value in group.items():
+        if not KEY_RE.match(key):
+            raise exception.Invalid(
+                'Device profile group keys must be of the form '
+                '^(resources:|trait:|accel:)')
+        value = str(value)
+        prefix, _, name = key.partition(':')
+        name = name.replace(' ', '')
+        if prefix == 'trait':
+            if not name.startswith('CUSTOM_'):
+                raise exception.Invalid(
+                    'Unsupported trait name format %s, should start with '
+                    'CUSTOM_' % name)
+            if value not in TRAIT_VALUES:
+                raise exception.Invalid(
+                    'Unsupported trait value %s, the value must be one among '
+                    '%s' % (value, TRAIT_VALUES))
+            key = 'trait:' + name
+        elif prefix == 'resources':
+            if name not in STANDARD_RCS and not name.startswith('CUSTOM_'):
+                raise exception.Invalid('Unsupported resource class %s' % name)
+            try:
+                amount = int(value)
+            except ValueError:
+                amount = 0
+            if amount < 1:
+                raise exception.Invalid('Resources number %s is invalid'
+                                        % value)
+            key, value = 'resources:' + name, str(amount)
+        out[key] = value
+    return out
+
+
+def validate(profile):
+    """Cyborg's checks in Cyborg's order, all answered with 400."""
+    if not isinstance(profile, dict) or not profile.get('name'):
+        raise exception.Invalid('DeviceProfile name needed.')
+    if not isinstance(profile['name'], str) or not NAME_RE.match(
+            profile['name']):
+        raise exception.Invalid(
+            'Device profile name must be of the form ^[a-zA-Z0-9-_]+$')
+    if not profile.get('groups'):
+        raise exception.Invalid('DeviceProfile needs groups field.')
+    base.validate(profile, schema.PROFILE)
+    return [_normalize_group(g) for g in profile['groups']]
+
+
+class DeviceProfileController:
+    def __init__(self, ident):
+        self.ident = ident
+
+    @pecan.expose(generic=True)
+    def index(self):
+        return base.not_allowed('GET, DELETE')
+
+    @index.when(method='GET')
+    @base.handler()
+    def get(self):
+        base.authorize('cyborg:device_profile:get_one')
+        base.query()
+        if uuidutils.is_uuid_like(self.ident):
+            dp = db.get_by_uuid(self.ident)
+        else:
+            microversion.require(pecan.request, (2, 2),
+                                 'getting a device profile by name')
+            dp = db.get_by_name(self.ident)
+        return {'device_profile': serialize(dp)}
+
+    @index.when(method='DELETE')
+    @base.handler(204)
+    def delete(self):
+        base.authorize('cyborg:device_profile:delete')
+        base.query()
+        _delete(self.ident)
+
+
+def _delete(value):
+    if uuidutils.is_uuid_like(value):
+        db.delete_by_uuid(value)
+    else:
+        names = [n for n in value.split(',') if n]
+        if not names:
+            raise exception.Invalid('Missing device profile name or uuid.')
+        db.delete_by_names(names)
+
+
+class DeviceProfilesController:
+
+    @pecan.expose(generic=True)
+    def index(self):
+        return base.not_allowed('GET, POST, DELETE')
+
+    @index.when(method='GET')
+    @base.handler()
+    def get_all(self):
+        base.authorize('cyborg:device_profile:get_all')
+        params = base.query('name', 'limit', 'marker')
+        names = params.get('name')
+        names = [n for n in names.split(',') if n] if names is not None \
+            else None
+        dps = db.list_(names=names, **base.pagination(params))
+        return {'device_profiles': [serialize(dp) for dp in dps]}
+
+    @index.when(method='POST')
+    @base.handler(201)
+    def post(self):
+        base.authorize('cyborg:device_profile:create')
+        base.query()
+        body = base.body(schema.CREATE)
+        if len(body) != 1:
+            raise exception.Invalid('Only one device profile allowed per '
+                                    'POST request for now.')
+        profile = body[0]
+        groups = validate(profile)
+        dp = db.create(uuid=profile.get('uuid') or uuidutils.generate_uuid(),
+                       name=profile['name'], groups=groups,
+                       description=profile.get('description'))
+        return serialize(dp)
+
+    @index.when(method='DELETE')
+    @base.handler(204)
+    def delete(self):
+        base.authorize('cyborg:device_profile:delete')
+        params = base.query('value')
+        _delete(params.get('value', ''))
+
+    @pecan.expose()
+    def _lookup(self, ident, *remainder):
+        return DeviceProfileController(ident), remainder

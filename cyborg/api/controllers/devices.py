@@ -1,0 +1,79 @@
+"""/v2/devices: physical accelerators reported by the agents."""
+
+import pecan
+
+from cyborg.api.controllers import base
+from cyborg.db import devices as db
+
+
+def serialize(device):
+    out = {k: device[k] for k in ('uuid', 'type', 'vendor', 'model',
+                                  'std_board_info', 'vendor_board_info',
+                                  'hostname')}
+    if base.version() >= (2, 3):
+        out['status'] = device['status']
+    out['links'] = base.links('devices', device['uuid'])
+    out.update(base.timestamps(device))
+    return out
+
+
+class DeviceController:
+    def __init__(self, uuid):
+        self.uuid = uuid
+
+    @pecan.expose(generic=True)
+    def index(self):
+        return base.not_allowed('GET')
+
+    @index.when(method='GET')
+    @base.handler()
+    def get(self):
+        base.authorize('cyborg:device:get_one')
+        base.query()
+        return serialize(db.get(base.require_uuid(self.uuid, 'device')))
+
+    @pecan.expose(generic=True)
+    def disable(self):
+        return base.not_allowed('POST')
+
+    @disable.when(method='POST')
+    @base.handler()
+    def post_disable(self):
+        self._set_status('disable', 'maintaining')
+
+    @pecan.expose(generic=True)
+    def enable(self):
+        return base.not_allowed('POST')
+
+    @enable.when(method='POST')
+    @base.handler()
+    def post_enable(self):
+        self._set_status('enable', 'enabled')
+
+    def _set_status(self, action, status):
+        base.authorize('cyborg:device:' + action)
+        base.query()
+        db.set_status(base.require_uuid(self.uuid, 'device'), status)
+
+
+class DevicesController:
+
+    @pecan.expose(generic=True)
+    def index(self):
+        return base.not_allowed('GET')
+
+    @index.when(method='GET')
+    @base.handler()
+    def get_all(self):
+        base.authorize('cyborg:device:get_all')
+        params = base.query('type', 'vendor', 'hostname', 'limit', 'marker')
+        filters = {k: params[k] for k in ('type', 'vendor', 'hostname')
+                   if k in params}
+        devices = db.list_(**filters, **base.pagination(params))
+        return {'devices': [serialize(d) for d in devices]}
+
+    @pecan.expose()
+    def _lookup(self, uuid, *remainder):
+        return DeviceController(uuid), remainder
+
+

@@ -1,0 +1,71 @@
+"""Cyborg's error body: {"error_message": "<JSON string of the fault>"}."""
+
+import json
+
+import webob
+
+from cyborg.common import exception
+
+
+def fault_body(status, message):
+    fault = {'faultcode': 'Client' if status < 500 else 'Server',
+             'faultstring': message, 'debuginfo': None}
+    return json.dumps({'error_message': json.dumps(fault)})
+
+
+def response_for(exc):
+    status = exc.code if isinstance(exc, exception.CyborgException) else 500
+    message = exc.message if isinstance(exc, exception.CyborgException) \
+        else 'Internal server error.'
+    return webob.Response(status=status, body=fault_body(status, message),
+                          content_type='application/json', charset='utf-8')
+
+
+class ErrorWrapper:
+    """Give every error answer the Cyborg body, whoever produced it.
+
+    Handlers already emit it; this catches the rest (routing 404/405,
+    keystonemiddleware 401, unexpected exceptions as a 500).
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    def __call__(self, environ, start_response):
+        request = webob.Request(environ)
+        try:
+            response = request.get_response(self.app)
+        except Exception:
+            import logging
+            logging.getLogger(__name__).exception('Unhandled API error')
+            response = response_for(RuntimeError())
+        if response.status_int >= 400 and not _is_fault(response):
+            message = _plain_message(response)
+            response.body = fault_body(response.status_int, message).encode()
+            response.content_type = 'application/json'
+            response.charset = 'utf-8'
+        return response(environ, start_response)
+
+
+def _is_fault(response):
+    if response.content_type != 'application/json':
+        return False
+    try:
+        return 'error_message' in json.loads(response.body)
+    except ValueError:
+        return False
+
+
+def _plain_message(response):
+    text = response.text.strip() if response.body else ''
+    if response.content_type == 'application/json':
+        try:
+            body = json.loads(text)
+            if isinstance(body, dict) and 'error' in body:
+                err = body['error']
+                text = err.get('message', text) if isinstance(err, dict) else text
+        except ValueError:
+            pass
+    if not text or text.lstrip().startswith('<'):
+        text = response.status
+    return text
