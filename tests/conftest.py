@@ -3,6 +3,7 @@
 import pytest
 
 from cyborg.conf import CONF
+from cyborg.conf import opts
 from cyborg import policy
 from tests import dbs
 
@@ -12,9 +13,11 @@ def _fresh_config():
     """Every test starts from default options and a fresh policy."""
     CONF([], project='cyborg', default_config_files=[])
     CONF.set_override('auth_strategy', 'noauth', group='api')
+    CONF.set_override('transport_url', 'fake://')
     yield
-    CONF.clear_override('auth_strategy', group='api')
     CONF.reset()
+    # reset() also drops the defaults register_opts set (service types...).
+    opts.register_opts(CONF)
     policy.reset()
 
 
@@ -60,3 +63,31 @@ def sqlite_database():
     db.activate()
     db.truncate()
     yield db
+
+
+class _Placement:
+    """The real Placement service, in this process, on a loopback port."""
+
+    def __init__(self, state_dir):
+        from cyborg.embedded import placement
+        from cyborg.embedded import wsgi_server
+        self.server = wsgi_server.ThreadedServer(
+            'placement', placement.load_app(placement.build_conf(state_dir)))
+        self.server.start()
+        self.url = self.server.url
+
+    def adapter(self):
+        """A keystoneauth adapter for it, built the way the agent does."""
+        from cyborg.common import ksa
+        CONF.set_override('auth_type', 'none', group='placement')
+        CONF.set_override('endpoint_override', self.url, group='placement')
+        return ksa.get_adapter('placement')
+
+
+@pytest.fixture(scope='session')
+def placement_service(tmp_path_factory):
+    """One Placement per test session (its DB layer is process-global);
+    tests keep apart by using their own compute node names."""
+    service = _Placement(str(tmp_path_factory.mktemp('placement')))
+    yield service
+    service.server.stop()

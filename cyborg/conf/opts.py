@@ -8,6 +8,8 @@ import socket
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
+from cyborg.conf import agent
+
 default_opts = [
     cfg.StrOpt('host', default=socket.gethostname(), sample_default='<hostname>',
                help='Name of this host: the agent RPC server name and the '
@@ -43,6 +45,7 @@ api_opts = [
 
 CONF_GROUPS = {
     'api': api_opts,
+    **agent.GROUPS,
 }
 
 
@@ -50,6 +53,14 @@ def register_opts(conf):
     conf.register_opts(default_opts)
     for group, group_opts in CONF_GROUPS.items():
         conf.register_opts(group_opts, group=group)
+    # transport_url and friends, so config files and overrides can set them
+    # before the first RPC client or server exists.
+    import oslo_messaging
+    oslo_messaging.set_transport_defaults('cyborg')
+    from oslo_messaging import opts as messaging_opts
+    for group, group_opts in messaging_opts.list_opts():
+        if group is None:
+            conf.register_opts(group_opts)
     from oslo_db import options as db_options
     db_options.set_defaults(conf, connection='sqlite:///cyborg.sqlite')
     for group in ('placement', 'nova'):
@@ -77,4 +88,4 @@ def list_opts():
         ('api', api_opts),
         ('placement', _ks_opts('placement')),
         ('nova', _ks_opts('nova')),
-    ]
+    ] + [(group, opts) for group, opts in agent.GROUPS.items()]

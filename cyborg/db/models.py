@@ -99,9 +99,11 @@ class ControlpathID(_Common, Base):
     __tablename__ = 'controlpath_ids'
     __table_args__ = (
         sa.Index('controlpath_ids_device_id_idx', 'device_id'),
-        sa.UniqueConstraint('cpid_type', 'cpid_info',
-                            name='uniq_controlpath_ids0cpid_type0cpid_info'),
+        # A PCI address is unique on its host only.
+        sa.UniqueConstraint('hostname', 'cpid_type', 'cpid_info',
+                            name='uniq_controlpath_ids0host0type0info'),
     )
+    hostname = sa.Column(sa.String(255), nullable=False)
     device_id = sa.Column(sa.Integer,
                           sa.ForeignKey('devices.id', ondelete='RESTRICT'),
                           nullable=False)

@@ -85,12 +85,13 @@ def upgrade():
     op.create_index('attributes_key_idx', 'attributes', ['key'])
 
     _table('controlpath_ids',
+           sa.Column('hostname', sa.String(255), nullable=False),
            _fk('device_id', 'devices', 'controlpath_ids'),
            sa.Column('cpid_type', _enum('cpid_type', 'PCI'), nullable=False),
            sa.Column('cpid_info', sa.String(255), nullable=False),
            sa.UniqueConstraint(
-               'cpid_type', 'cpid_info',
-               name='uniq_controlpath_ids0cpid_type0cpid_info'))
+               'hostname', 'cpid_type', 'cpid_info',
+               name='uniq_controlpath_ids0host0type0info'))
     op.create_index('controlpath_ids_device_id_idx', 'controlpath_ids',
                     ['device_id'])
 

@@ -1,0 +1,125 @@
+"""The agent's periodic report pass and its RPC endpoint."""
+
+import threading
+
+from oslo_log import log
+import oslo_messaging as messaging
+from stevedore import driver as stevedore_driver
+
+from cyborg.agent import providers
+from cyborg.conf import CONF
+from cyborg import context as cyborg_context
+from cyborg.placement import client as placement
+
+LOG = log.getLogger(__name__)
+DRIVER_NAMESPACE = 'cyborg.accelerator.driver'
+
+
+class InvalidDriver(Exception):
+    pass
+
+
+def load_drivers(names):
+    drivers = []
+    for name in names:
+        try:
+            drivers.append(stevedore_driver.DriverManager(
+                DRIVER_NAMESPACE, name, invoke_on_load=True).driver)
+        except Exception as e:
+            raise InvalidDriver('Cannot load accelerator driver %r from %s: '
+                                '%s' % (name, DRIVER_NAMESPACE, e))
+    return drivers
+
+
+def annotate(devices, nodename):
+    """Give each deployable its provider uuid and Cyborg-style attributes
+    (`rc`, `trait0..N`) before the report goes to the conductor."""
+    for device in devices:
+        traits = providers.device_traits(device)
+        for dep in device.deployables:
+            dep.rp_uuid = providers.provider_uuid(nodename, dep.name)
+            attrs = {'rc': dep.resource_class}
+            for n, trait in enumerate(sorted(traits | set(dep.traits))):
+                attrs['trait%d' % n] = trait
+            dep.attributes = dict(attrs, **dep.attributes)
+    return devices
+
+
+class AgentManager:
+    target = messaging.Target(version='1.0')
+
+    def __init__(self, conductor_api, placement_client, drivers=None,
+                 host=None, nodename=None):
+        self.host = host or CONF.host
+        self.nodename = (nodename or CONF.agent.resource_provider_name
+                         or self.host)
+        self.conductor_api = conductor_api
+        self.drivers = drivers if drivers is not None else load_drivers(
+            CONF.agent.enabled_drivers)
+        self.sync = providers.ProviderSync(placement_client, self.nodename)
+        self.context = cyborg_context.get_admin_context()
+        self._wakeup = threading.Event()
+        self._stop = threading.Event()
+        self._thread = None
+        self._passes = 0
+        self.last_writes = None
+
+    # RPC endpoint ----------------------------------------------------------
+
+    def resync(self, context):
+        self._wakeup.set()
+
+    # Report pass -----------------------------------------------------------
+
+    def discover(self):
+        devices = []
+        for drv in self.drivers:
+            devices.extend(drv.discover())
+        return annotate(devices, self.nodename)
+
+    def report_once(self, full=False):
+        """Discover, store via the conductor, then sync Placement.
+
+        Returns (DB writes, Placement writes). A driver error aborts the
+        pass: a partial report would look like vanished devices.
+        """
+        devices = self.discover()
+        result = self.conductor_api.report_data(self.context, self.host,
+                                                devices)
+        wanted = providers.wanted_providers(self.nodename, devices,
+                                            set(result['fenced']))
+        writes = self.sync.sync(wanted, full=full)
+        self.last_writes = (result['writes'], writes)
+        return self.last_writes
+
+    def start(self):
+        self._thread = threading.Thread(target=self._run, name='agent-report',
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout=10):
+        self._stop.set()
+        self._wakeup.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self):
+        try:
+            self.sync.wait_for_compute_node(
+                CONF.agent.placement_retry_max_delay, stop=self._stop,
+                sleep=self._stop.wait)
+        except providers.ComputeNodeNotFound:
+            return
+        while not self._stop.is_set():
+            full = self._passes % CONF.agent.full_resync_interval == 0
+            try:
+                self.report_once(full=full)
+                self._passes += 1
+            except (placement.PlacementError, messaging.MessagingException,
+                    providers.ComputeNodeNotFound) as e:
+                LOG.warning('Report pass failed, will retry: %s', e)
+                self.sync.root_uuid = None
+            except Exception:
+                LOG.exception('Report pass failed, will retry')
+            self._wakeup.wait(CONF.agent.report_interval)
+            self._wakeup.clear()

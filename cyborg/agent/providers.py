@@ -1,0 +1,182 @@
+"""This host's accelerator resource providers in Placement.
+
+The agent owns one child provider per deployable under the compute-node
+provider (which Nova owns and we never modify). `ProviderSync` compares the
+wanted tree with what it last wrote and touches Placement only where they
+differ: a pass in which nothing changed makes no Placement call at all.
+"""
+
+import re
+import time
+import uuid
+
+from oslo_log import log
+
+from cyborg.common import pci
+from cyborg.placement import client as placement
+
+LOG = log.getLogger(__name__)
+
+RP_NAMESPACE = uuid.UUID('6d1b7c1e-3f0a-5b8e-9a57-5cbd1f2f7a10')
+_TRAIT_CHARS = re.compile(r'[^A-Z0-9_]')
+
+
+def provider_uuid(nodename, deployable_name):
+    """Deterministic, and unique per host (unlike Cyborg's uuid3(name))."""
+    return str(uuid.uuid5(RP_NAMESPACE, '%s_%s' % (nodename,
+                                                   deployable_name)))
+
+
+def _trait(*parts):
+    return 'CUSTOM_' + _TRAIT_CHARS.sub('_', '_'.join(parts).upper())
+
+
+def device_traits(device):
+    """Vendor/product traits in both families that real profiles use."""
+    vendor = pci.vendor_name(device.vendor)
+    traits = {placement.OWNER_TRAIT}
+    if device.product_id:
+        product = device.product_id.upper()
+        traits.add(_trait(vendor, product))                   # Cyborg today
+        traits.add(_trait(device.type, vendor))               # older family
+        traits.add(_trait(device.type, 'PRODUCT_ID', product))
+    return traits
+
+
+def wanted_providers(nodename, devices, fenced_cpids=()):
+    """{rp_uuid: {name, traits, inventories}} for a discovery result.
+
+    fenced_cpids: control-path keys of devices in maintenance, whose
+    inventory is kept but fully reserved.
+    """
+    wanted = {}
+    for device in devices:
+        fenced = device.cpid_key in fenced_cpids
+        for dep in device.deployables:
+            total = dep.num_accelerators
+            if total < 1:
+                continue  # Placement refuses total=0: no provider then.
+            wanted[provider_uuid(nodename, dep.name)] = {
+                'name': '%s_%s' % (nodename, dep.name),
+                'traits': frozenset(device_traits(device) | set(dep.traits)),
+                'inventories': {dep.resource_class: {
+                    'total': total, 'max_unit': total,
+                    'reserved': total if fenced else 0}},
+            }
+    return wanted
+
+
+class ComputeNodeNotFound(Exception):
+    pass
+
+
+class ProviderSync:
+
+    def __init__(self, client, nodename):
+        self.client = client
+        self.nodename = nodename
+        self.root_uuid = None
+        self._written = None     # what Placement held after our last pass
+
+    def find_compute_node(self):
+        rp = self.client.provider_by_name(self.nodename)
+        if rp is None:
+            raise ComputeNodeNotFound(
+                'No resource provider named %r in Placement: is nova-compute '
+                'running on this host, and does [agent] '
+                'resource_provider_name match its hypervisor nodename?'
+                % self.nodename)
+        self.root_uuid = rp['uuid']
+        return self.root_uuid
+
+    def wait_for_compute_node(self, max_delay=60.0, stop=None, sleep=time.sleep):
+        """Look the compute node up, backing off while it is absent."""
+        delay = 1.0
+        while True:
+            try:
+                return self.find_compute_node()
+            except (ComputeNodeNotFound, placement.PlacementError) as e:
+                LOG.warning('%s; retrying in %.0fs', e, delay)
+            if stop is not None and stop.is_set():
+                raise ComputeNodeNotFound('stopped while waiting')
+            sleep(delay)
+            delay = min(delay * 2, max_delay)
+
+    def sync(self, wanted, full=False):
+        """Bring Placement in line with `wanted`; returns the write count."""
+        if not full and wanted == self._written:
+            return 0
+        if self.root_uuid is None:
+            self.find_compute_node()
+        self._written = None
+        writes = 0
+        existing = {rp['uuid']: rp for rp in self.client.tree(self.root_uuid)}
+        ours = {rp['uuid'] for rp in self.client.tree(
+            self.root_uuid, required=placement.OWNER_TRAIT)}
+        for rp_uuid, want in sorted(wanted.items()):
+            writes += self._sync_one(rp_uuid, want, existing, ours)
+        for rp_uuid in sorted(ours - set(wanted)):
+            writes += self._retire(rp_uuid)
+        self._written = wanted
+        return writes
+
+    def _sync_one(self, rp_uuid, want, existing, ours):
+        writes = 0
+        if rp_uuid not in existing:
+            rp = self.client.create_provider(rp_uuid, want['name'],
+                                             self.root_uuid)
+            writes += 1
+            generation = rp['generation']
+            current_traits, current_inv = set(), {}
+        elif rp_uuid not in ours:
+            LOG.error('Provider %s (%s) lacks %s: another service owns it, '
+                      'leaving it alone', rp_uuid, want['name'],
+                      placement.OWNER_TRAIT)
+            return 0
+        else:
+            generation, current_traits = self.client.traits(rp_uuid)
+            generation, current_inv = self.client.inventories(rp_uuid)
+        self.client.ensure_traits(want['traits'])
+        for rc in want['inventories']:
+            self.client.ensure_resource_class(rc)
+        if set(want['traits']) != current_traits:
+            generation = self._retry(rp_uuid, generation, lambda g: (
+                self.client.put_traits(rp_uuid, g, want['traits'])),
+                lambda: self.client.traits(rp_uuid)[0])
+            writes += 1
+        inventories = {rc: dict(current_inv.get(rc, {}), **inv)
+                       for rc, inv in want['inventories'].items()}
+        if inventories != current_inv:
+            self._retry(rp_uuid, generation, lambda g: (
+                self.client.put_inventories(rp_uuid, g, inventories)),
+                lambda: self.client.inventories(rp_uuid)[0])
+            writes += 1
+        return writes
+
+    @staticmethod
+    def _retry(rp_uuid, generation, write, reread, attempts=5):
+        for _ in range(attempts):
+            try:
+                return write(generation)
+            except placement.GenerationConflict:
+                LOG.info('Provider %s changed under us; re-reading', rp_uuid)
+                generation = reread()
+        raise placement.GenerationConflict(
+            'PUT', rp_uuid, 409, 'gave up after %d attempts' % attempts)
+
+    def _retire(self, rp_uuid):
+        """A device vanished: delete its provider, or fence it while
+        allocations still hold it."""
+        try:
+            self.client.delete_provider(rp_uuid)
+            LOG.info('Deleted provider %s of a vanished device', rp_uuid)
+            return 1
+        except placement.PlacementError as e:
+            if e.status != 409:
+                raise
+        LOG.warning('Provider %s belongs to a vanished device but still has '
+                    'allocations; fencing it (reserved = total) until they '
+                    'are gone', rp_uuid)
+        changed = self.client.update_inventories(
+            rp_uuid, lambda inv: placement.fence(inv, True))
+        return 1 if changed else 0

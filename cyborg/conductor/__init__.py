@@ -1,0 +1,2 @@
+"""The conductor: keeps the DB in step with agents' reports (and, with the
+bind issue, binds ARQs and tells Nova)."""

@@ -1,0 +1,33 @@
+"""Server side of the conductor's RPC API."""
+
+from oslo_db import api as oslo_db_api
+from oslo_db import exception as db_exc
+from oslo_log import log
+import oslo_messaging as messaging
+
+from cyborg.db import host_inventory
+from cyborg.drivers import base
+
+LOG = log.getLogger(__name__)
+
+
+def _raced(exc):
+    # Two conductors diffing one host at once: the loser re-reads and
+    # finds the rows the winner wrote.
+    return isinstance(exc, db_exc.DBDuplicateEntry)
+
+
+class ConductorManager:
+    target = messaging.Target(version='1.0')
+
+    @oslo_db_api.wrap_db_retry(max_retries=5, retry_on_deadlock=True,
+                               exception_checker=_raced)
+    def report_data(self, context, hostname, devices):
+        devices = [base.Device.from_dict(d) for d in devices]
+        writes, statuses = host_inventory.apply_report(hostname, devices)
+        if writes:
+            LOG.info('Host %s reported %d device(s); %d DB write(s)',
+                     hostname, len(devices), writes)
+        return {'writes': writes,
+                'fenced': sorted(k for k, s in statuses.items()
+                                 if s == 'maintaining')}

@@ -1,0 +1,49 @@
+"""Options of the agent, its drivers and Placement reporting."""
+
+from oslo_config import cfg
+
+agent_opts = [
+    cfg.ListOpt('enabled_drivers', default=['fake'],
+                help='Drivers the agent loads (stevedore namespace '
+                     'cyborg.accelerator.driver): fake, pci, nvidia.'),
+    cfg.StrOpt('resource_provider_name',
+               help='Name of this host\'s compute node resource provider '
+                    '(Nova\'s hypervisor nodename). Defaults to '
+                    '[DEFAULT] host.'),
+    cfg.IntOpt('report_interval', default=60, min=1,
+               help='Seconds between two discovery/report passes.'),
+    cfg.IntOpt('full_resync_interval', default=10, min=1,
+               help='Every this many passes the agent re-reads Placement '
+                    'instead of trusting its cache (reads only; it writes '
+                    'only what differs).'),
+    cfg.FloatOpt('placement_retry_max_delay', default=60.0, min=0.1,
+                 help='Largest back-off (seconds) while Placement or the '
+                      'compute node provider is unavailable.'),
+]
+
+fake_driver_opts = [
+    cfg.StrOpt('host_spec',
+               help='YAML file describing the fake host\'s devices; '
+                    'defaults to etc/cyborg/fake-hosts/gpu-host.yaml.'),
+]
+
+pci_driver_opts = [
+    cfg.MultiStrOpt('device_spec', default=[],
+                    help='Which PCI devices the pci driver manages, one '
+                         'JSON object per value in Nova\'s [pci] '
+                         'device_spec style: {"vendor_id": "10de", '
+                         '"product_id": "2335", "address": "0000:1b:*", '
+                         '"device_type": "GPU", "resource_class": '
+                         '"PGPU", "traits": "CUSTOM_A,CUSTOM_B"}.'),
+    cfg.MultiStrOpt('nova_device_spec', default=[],
+                    help='Nova\'s own [pci] device_spec entries on this '
+                         'host; devices they match are left to Nova.'),
+    cfg.StrOpt('sysfs_root', default='/sys',
+               help='Root of sysfs (tests point it at a fake tree).'),
+]
+
+GROUPS = {
+    'agent': agent_opts,
+    'fake_driver': fake_driver_opts,
+    'pci_driver': pci_driver_opts,
+}

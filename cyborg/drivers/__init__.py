@@ -1,0 +1,1 @@
+"""Accelerator drivers, loaded by stevedore from [agent] enabled_drivers."""

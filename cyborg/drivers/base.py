@@ -1,0 +1,90 @@
+"""The driver interface and the device records drivers report.
+
+A driver only describes hardware; the agent turns its records into
+Placement providers and the conductor into DB rows. Records are plain
+dataclasses that travel over RPC as dicts (`to_dict`/`from_dict`).
+"""
+
+import abc
+import dataclasses
+import json
+
+
+def canonical_json(value):
+    """Stable JSON for fields that are compared and stored as strings."""
+    return json.dumps(value, sort_keys=True, separators=(', ', ': '))
+
+
+@dataclasses.dataclass
+class AttachHandle:
+    attach_type: str            # PCI | MDEV | TEST_PCI
+    attach_info: dict           # e.g. {"domain","bus","device","function"}
+
+
+@dataclasses.dataclass
+class Deployable:
+    name: str                   # unique on its host, e.g. a PCI address
+    num_accelerators: int
+    resource_class: str         # PGPU, FPGA, CUSTOM_*
+    traits: list                # besides OWNER_CYBORG and vendor traits
+    attach_handles: list        # [AttachHandle]
+    driver_name: str = None
+    attributes: dict = dataclasses.field(default_factory=dict)
+    rp_uuid: str = None         # filled in by the agent before reporting
+
+
+@dataclasses.dataclass
+class Device:
+    type: str                   # GPU | FPGA | AICHIP | QAT | NIC | SSD
+    vendor: str                 # PCI vendor id, e.g. "10de"
+    model: str
+    controlpath_id: dict        # {"cpid_type": "PCI", "cpid_info": {...}}
+    deployables: list           # [Deployable]
+    product_id: str = None
+    std_board_info: dict = None
+    vendor_board_info: str = None
+
+    @property
+    def cpid_key(self):
+        return (self.controlpath_id['cpid_type'],
+                canonical_json(self.controlpath_id['cpid_info']))
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data):
+        data = dict(data)
+        data['deployables'] = [
+            Deployable(**dict(d, attach_handles=[
+                AttachHandle(**h) for h in d['attach_handles']]))
+            for d in data['deployables']]
+        return cls(**data)
+
+
+def pci_info(address):
+    """'0000:1b:00.0' → Cyborg's PCI attach/cpid info dict."""
+    domain, bus, rest = address.split(':')
+    device, function = rest.split('.')
+    return {'domain': domain, 'bus': bus, 'device': device,
+            'function': function}
+
+
+class Driver(abc.ABC):
+    """What an accelerator driver provides to the agent."""
+
+    name = None
+
+    @abc.abstractmethod
+    def discover(self):
+        """Return the [Device] present on this host now."""
+
+    def prepare(self, deployable, attach_handle, request):
+        """Make `attach_handle` usable for a binding (MIG, mdev, rebind).
+
+        Returns attach info updates, or None. Raise to fail the bind.
+        """
+        return None
+
+    def release(self, deployable, attach_handle):
+        """Undo prepare() when the ARQ is unbound or deleted."""

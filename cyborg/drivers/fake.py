@@ -1,0 +1,77 @@
+"""A driver that reports the devices described in a host spec (YAML).
+
+It lets every flow run without hardware: `cyborg-aio` uses
+etc/cyborg/fake-hosts/gpu-host.yaml unless `--host-spec` names another.
+"""
+
+import os
+
+import yaml
+
+from cyborg.common import pci
+from cyborg.conf import CONF
+from cyborg.drivers import base
+
+_DEFAULT_RC = {'GPU': 'PGPU', 'FPGA': 'FPGA'}
+
+
+def default_host_spec():
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), 'etc', 'cyborg', 'fake-hosts',
+        'gpu-host.yaml')
+
+
+def load_spec(path):
+    with open(path) as f:
+        spec = yaml.safe_load(f) or {}
+    devices = spec.get('devices') or []
+    if not isinstance(devices, list):
+        raise ValueError('%s: "devices" must be a list' % path)
+    return devices
+
+
+def _functions(address, count):
+    """PCI addresses of `count` functions starting at `address`."""
+    info = base.pci_info(address)
+    first = int(info['device'], 16) * 8 + int(info['function'])
+    out = []
+    for n in range(first, first + count):
+        out.append('%s:%s:%02x.%d' % (info['domain'], info['bus'], n // 8,
+                                      n % 8))
+    return out
+
+
+def device_from_spec(entry):
+    dev_type = entry.get('type', 'GPU').upper()
+    vendor = pci.normalize_id(entry['vendor_id'])
+    product = pci.normalize_id(entry['product_id'])
+    address = pci.normalize_address(entry['pci_address'])
+    count = int(entry.get('functions', 1))
+    handles = [base.AttachHandle(entry.get('attach_type', 'PCI'),
+                                 base.pci_info(a))
+               for a in _functions(address, count)]
+    deployable = base.Deployable(
+        name=address, num_accelerators=count,
+        resource_class=entry.get('resource_class',
+                                 _DEFAULT_RC.get(dev_type, 'CUSTOM_' + dev_type)),
+        traits=list(entry.get('traits', [])), attach_handles=handles,
+        driver_name='fake')
+    board = {'product_id': product, 'numa_node': entry.get('numa_node', 0)}
+    return base.Device(
+        type=dev_type, vendor=vendor, product_id=product,
+        model=entry.get('model', 'fake %s' % dev_type),
+        controlpath_id={'cpid_type': 'PCI',
+                        'cpid_info': base.pci_info(address)},
+        deployables=[deployable], std_board_info=board,
+        vendor_board_info=entry.get('vendor_board_info', 'fake_vendor_info'))
+
+
+class FakeDriver(base.Driver):
+    name = 'fake'
+
+    def __init__(self, path=None):
+        self.path = path or CONF.fake_driver.host_spec or default_host_spec()
+
+    def discover(self):
+        return [device_from_spec(e) for e in load_spec(self.path)]
+

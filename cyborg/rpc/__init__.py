@@ -1,0 +1,64 @@
+"""oslo.messaging plumbing: one transport per process, threading executor.
+
+`fake://` (in-process) in the embedded stack, `rabbit://` when distributed.
+"""
+
+import threading
+
+import oslo_messaging as messaging
+from oslo_serialization import jsonutils
+
+from cyborg.conf import CONF
+from cyborg import context as cyborg_context
+
+CONDUCTOR_TOPIC = 'cyborg-conductor'
+AGENT_TOPIC = 'cyborg-agent'
+EXCHANGE = 'cyborg'
+
+_LOCK = threading.Lock()
+_TRANSPORT = None
+
+
+class ContextSerializer(messaging.NoOpSerializer):
+    """Carry our RequestContext across RPC as a plain dict."""
+
+    def serialize_entity(self, ctxt, entity):
+        return jsonutils.to_primitive(entity, convert_instances=True)
+
+    def serialize_context(self, ctxt):
+        return ctxt.to_dict()
+
+    def deserialize_context(self, ctxt):
+        return cyborg_context.RequestContext.from_dict(ctxt)
+
+
+def get_transport():
+    global _TRANSPORT
+    with _LOCK:
+        if _TRANSPORT is None:
+            messaging.set_transport_defaults(EXCHANGE)
+            _TRANSPORT = messaging.get_rpc_transport(CONF)
+        return _TRANSPORT
+
+
+def cleanup():
+    global _TRANSPORT
+    with _LOCK:
+        if _TRANSPORT is not None:
+            _TRANSPORT.cleanup()
+        _TRANSPORT = None
+
+
+def get_server(topic, endpoints, server=None):
+    target = messaging.Target(topic=topic, server=server or CONF.host)
+    return messaging.get_rpc_server(
+        get_transport(), target, endpoints, executor='threading',
+        serializer=ContextSerializer(),
+        access_policy=messaging.DefaultRPCAccessPolicy)
+
+
+def get_client(topic, version, server=None, timeout=None):
+    target = messaging.Target(topic=topic, server=server, version=version)
+    return messaging.get_rpc_client(get_transport(), target,
+                                    serializer=ContextSerializer(),
+                                    timeout=timeout)
