@@ -28,10 +28,6 @@ _DEVICE_FIELDS = ('type', 'vendor', 'model', 'std_board_info',
 _DEPLOYABLE_FIELDS = ('num_accelerators', 'driver_name', 'rp_uuid')
 
 
-def _cpid_key(cpid_type, cpid_info):
-    return '%s:%s' % (cpid_type, cpid_info)
-
-
 def _wanted(device):
     """A reported Device as flat column values, keyed for the diff."""
     fields = {'type': device.type, 'vendor': device.vendor,
@@ -68,7 +64,7 @@ def _load(session, hostname):
             CPID.c.device_id.in_(ids))).mappings():
         entry = {'device': devices[cpid['device_id']], 'cpid': dict(cpid),
                  'deployables': {}}
-        host[_cpid_key(cpid['cpid_type'], cpid['cpid_info'])] = entry
+        host[base.cpid_key(cpid['cpid_type'], cpid['cpid_info'])] = entry
         by_device[cpid['device_id']] = entry
     deployables = {}
     for dep in session.execute(sa.select(DEPLOYABLE).where(
@@ -122,7 +118,7 @@ def apply_report(hostname, devices):
         wanted = {}
         for device in devices:
             fields, deps, (cpid_type, cpid_info) = _wanted(device)
-            wanted[_cpid_key(cpid_type, cpid_info)] = (fields, deps,
+            wanted[base.cpid_key(cpid_type, cpid_info)] = (fields, deps,
                                                        cpid_type, cpid_info)
         new_devices = [k for k in wanted if k not in current]
         _add_devices(session, writes, hostname,

@@ -46,8 +46,8 @@ class Device:
 
     @property
     def cpid_key(self):
-        return (self.controlpath_id['cpid_type'],
-                canonical_json(self.controlpath_id['cpid_info']))
+        return cpid_key(self.controlpath_id['cpid_type'],
+                        canonical_json(self.controlpath_id['cpid_info']))
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -60,6 +60,11 @@ class Device:
                 AttachHandle(**h) for h in d['attach_handles']]))
             for d in data['deployables']]
         return cls(**data)
+
+
+def cpid_key(cpid_type, cpid_info):
+    """How a device is recognised across reports: its control-path id."""
+    return '%s:%s' % (cpid_type, cpid_info)
 
 
 def pci_info(address):

@@ -2,6 +2,7 @@
 
 import pecan
 
+from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.api.controllers import base
 from cyborg.db import devices as db
 
@@ -53,7 +54,11 @@ class DeviceController:
     def _set_status(self, action, status):
         base.authorize('cyborg:device:' + action)
         base.query()
-        db.set_status(base.require_uuid(self.uuid, 'device'), status)
+        before = db.set_status(base.require_uuid(self.uuid, 'device'), status)
+        if before['status'] != status:
+            # The device's agent owns its providers: it fences (reserved =
+            # total) or unfences them on the report pass this triggers.
+            agent_rpcapi.AgentAPI().resync(base.context(), before['hostname'])
 
 
 class DevicesController:
