@@ -15,13 +15,22 @@ from cyborg.api import middleware
 from cyborg.conf import CONF
 
 
+class _Pecan(pecan.Pecan):
+    """Pecan without its rewrite of an empty 200 into 204: every handler
+    sets its status itself, and device enable/disable answer 200 with no
+    body, as Cyborg documents."""
+
+    def _handle_empty_response_body(self, state):
+        if state.response.status_int in (204, 304):
+            state.response.content_type = None
+
+
 def _pecan_app():
-    return pecan.make_app(
+    return _Pecan(
         'cyborg.api.controllers.root.RootController',
         hooks=[hooks.ContextHook()],
         force_canonical=False,
-        guess_content_type_from_ext=False,
-        logging=False)
+        guess_content_type_from_ext=False)
 
 
 def setup_app(conf=CONF):

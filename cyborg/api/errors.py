@@ -3,6 +3,7 @@
 import json
 
 import webob
+import webob.exc
 
 from cyborg.common import exception
 
@@ -66,6 +67,11 @@ def _plain_message(response):
                 text = err.get('message', text) if isinstance(err, dict) else text
         except ValueError:
             pass
+    if text.startswith(response.status):
+        # webob's plain-text page: the status line, then the explanation.
+        text = text[len(response.status):].strip()
     if not text or text.lstrip().startswith('<'):
-        text = response.status
+        # An empty or HTML page: webob's explanation of the status.
+        exc = webob.exc.status_map.get(response.status_int)
+        text = getattr(exc, 'explanation', None) or response.status
     return text

@@ -27,11 +27,12 @@ def parse(headers):
     except ValueError:
         value = None
     if value is None:
-        raw = headers.get(HEADER)
-        if raw is None:
+        raw = (headers.get(HEADER) or '').strip()
+        if not raw or ' ' in raw:
+            # Absent, or addressed to other services only.
             return MIN_VERSION
         # A bare "2.1" (no service type) is accepted, as Cyborg does.
-        value = raw.strip()
+        value = raw
     if value == 'latest':
         return MAX_VERSION
     try:

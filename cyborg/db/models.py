@@ -7,6 +7,7 @@ import datetime
 
 import sqlalchemy as sa
 from sqlalchemy import orm
+from sqlalchemy.dialects import mysql
 
 DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
 DEVICE_STATUSES = ('enabled', 'maintaining')
@@ -135,7 +136,11 @@ class DeviceProfile(_Common, Base):
     __table_args__ = (
         sa.UniqueConstraint('name', name='uniq_device_profiles0name'),
     )
-    name = sa.Column(sa.String(255), nullable=False)
+    # Compared byte for byte on every backend: MySQL's default collation
+    # would make "GPU" and "gpu" one profile.
+    name = sa.Column(sa.String(255).with_variant(
+        mysql.VARCHAR(255, collation='utf8mb4_bin'), 'mysql', 'mariadb'),
+        nullable=False)
     profile_json = sa.Column(sa.Text, nullable=False)
     description = sa.Column(sa.Text)
 

@@ -89,7 +89,6 @@ def apply_patch(patch):
     if len(kinds) != 1:
         raise exception.PatchError(
             reason='A patch either binds or unbinds, not both')
-    _authorize_service('cyborg:arq:update')
     project = _visible_project()
     if kinds == {'remove'}:
         db.unbind(list(parsed), project)
@@ -126,7 +125,7 @@ class ARQController:
     def patch(self):
         # openstacksdk and the OSC plugin PATCH /accelerator_requests/<uuid>
         # with the same {uuid: [ops]} body as Nova's collection PATCH.
-        base.authorize('cyborg:arq:update')
+        _authorize_service('cyborg:arq:update')
         base.query()
         patch = base.body(schema.PATCH)
         if self.uuid not in patch:
@@ -193,7 +192,7 @@ class ARQsController:
     @index.when(method='PATCH')
     @base.handler(202)
     def patch(self):
-        base.authorize('cyborg:arq:update')
+        _authorize_service('cyborg:arq:update')
         base.query()
         apply_patch(base.body(schema.PATCH))
 

@@ -8,6 +8,7 @@ Create Date: 2026-11-30
 
 from alembic import op
 import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
 
 revision = '0001'
 down_revision = None
@@ -108,7 +109,9 @@ def upgrade():
                     ['cpid_id'])
 
     _table('device_profiles',
-           sa.Column('name', sa.String(255), nullable=False),
+           sa.Column('name', sa.String(255).with_variant(
+               mysql.VARCHAR(255, collation='utf8mb4_bin'), 'mysql',
+               'mariadb'), nullable=False),
            sa.Column('profile_json', sa.Text, nullable=False),
            sa.Column('description', sa.Text),
            sa.UniqueConstraint('name', name='uniq_device_profiles0name'))
