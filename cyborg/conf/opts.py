@@ -74,11 +74,15 @@ def register_opts(conf):
     conf.set_default('valid_interfaces', ['internal', 'public'], group='nova')
 
 
-def _ks_opts(group):
-    return (ks_loading.get_session_conf_options()
+def _ks_opts(service_type):
+    """Fresh keystoneauth options, with the defaults register_opts sets."""
+    opts = (ks_loading.get_session_conf_options()
             + ks_loading.get_auth_common_conf_options()
             + ks_loading.get_auth_plugin_conf_options('password')
             + ks_loading.get_adapter_conf_options(include_deprecated=False))
+    cfg.set_defaults(opts, service_type=service_type,
+                     valid_interfaces=['internal', 'public'])
+    return opts
 
 
 def list_opts():
@@ -87,5 +91,5 @@ def list_opts():
         ('DEFAULT', default_opts),
         ('api', api_opts),
         ('placement', _ks_opts('placement')),
-        ('nova', _ks_opts('nova')),
+        ('nova', _ks_opts('compute')),
     ] + [(group, opts) for group, opts in agent.GROUPS.items()]

@@ -1,0 +1,91 @@
+"""cyborg-aio: the whole service in one foreground process.
+
+Our API and the real Placement service on loopback, SQLite databases in a
+state directory, no Keystone. SIGINT/SIGTERM stop it; starting again with
+the same --state-dir keeps the data.
+"""
+
+import argparse
+import signal
+import sys
+
+from cyborg.cmd import common
+from cyborg.conf import CONF
+from cyborg.embedded import stack as embedded
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog='cyborg-aio',
+        description='Run the accelerator API and OpenStack Placement in one '
+                    'process, with SQLite state and no authentication '
+                    '(API: auth_strategy=noauth; Placement: noauth2, send '
+                    '"X-Auth-Token: admin").',
+        epilog='Once both servers listen it prints one line to stdout, '
+               '"cyborg-aio ready: api=http://127.0.0.1:PORT/v2 '
+               'placement=http://127.0.0.1:PLACEMENT_PORT" (logs go to '
+               'stderr). Ctrl-C or SIGTERM stops it (exit status 0); '
+               'starting again with the same --state-dir keeps the data.')
+    parser.add_argument(
+        '--state-dir', default=embedded.default_state_dir(),
+        help='Directory for cyborg.sqlite and placement.sqlite; created if '
+             'missing, kept across restarts (default: '
+             '$XDG_DATA_HOME/cyborg-aio, i.e. ~/.local/share/cyborg-aio; '
+             'here %(default)s).')
+    parser.add_argument('--port', type=int, default=6666,
+                        help='API port on 127.0.0.1; 0 picks a free one '
+                             '(default: %(default)s).')
+    parser.add_argument('--placement-port', type=int, default=8778,
+                        help='Placement port on 127.0.0.1; 0 picks a free '
+                             'one (default: %(default)s).')
+    parser.add_argument('--host-spec', metavar='FILE',
+                        help='Fake host description (GPUs) for the fake '
+                             'driver.')
+    parser.add_argument('--config-file', action='append', default=[],
+                        metavar='PATH',
+                        help='Optional cyborg.conf file(s); the state '
+                             'directory, database and auth settings above '
+                             'win over them. May be repeated.')
+    parser.add_argument('--debug', action='store_true',
+                        help='Log at DEBUG level.')
+    return parser
+
+
+def ready_line(stack):
+    return 'cyborg-aio ready: api=%s placement=%s' % (stack.api_url,
+                                                      stack.placement_url)
+
+
+def main(argv=None):
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    oslo_args = ['--debug'] if args.debug else []
+    for path in args.config_file:
+        oslo_args += ['--config-file', path]
+    # Only the files named: an all-in-one never reads /etc/cyborg.
+    common.parse_args(oslo_args, config_files=[], log_to_stderr=True)
+
+    stack = embedded.EmbeddedStack(args.state_dir, port=args.port,
+                                   placement_port=args.placement_port,
+                                   host_spec=args.host_spec, conf=CONF)
+
+    def _on_signal(signum, frame):
+        stack.request_stop()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+    try:
+        stack.start()
+    except OSError as e:  # typically a port already in use
+        print('cyborg-aio: cannot start: %s' % e, file=sys.stderr)
+        return 1
+    try:
+        print(ready_line(stack), flush=True)
+        clean = stack.wait()
+    finally:
+        stack.stop()
+    return 0 if clean else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())

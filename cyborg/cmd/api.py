@@ -1,0 +1,60 @@
+"""cyborg-api: the API under gunicorn, [api] api_workers worker processes
+listening on [api] host_ip:port.
+
+    cyborg-api --config-file /etc/cyborg/cyborg.conf
+
+Each worker builds its own app (database engine, policy) after the fork.
+uWSGI or mod_wsgi users load cyborg.wsgi.api:application instead (see
+etc/cyborg/api-uwsgi.ini).
+"""
+
+import sys
+
+from gunicorn.app import base as gunicorn_base
+
+from cyborg.cmd import common
+from cyborg.conf import CONF
+
+
+def _load_app():
+    from cyborg.api import app
+    from cyborg.db import api as db_api
+    db_api.configure()
+    return app.setup_app(CONF)
+
+
+class Server(gunicorn_base.BaseApplication):
+    """gunicorn configured from our options, not from its command line."""
+
+    def __init__(self, conf=CONF):
+        self.conf = conf
+        super().__init__()
+
+    def load_config(self):
+        host = self.conf.api.host_ip
+        bind = '[%s]:%d' % (host, self.conf.api.port) if ':' in host else (
+            '%s:%d' % (host, self.conf.api.port))
+        for key, value in {
+                'bind': [bind],
+                'workers': self.conf.api.api_workers,
+                'proc_name': 'cyborg-api',
+                # Stop serving before exiting on SIGTERM, but don't hang.
+                'graceful_timeout': 10,
+                # gunicorn >= 23's control socket sits at one path per
+                # user; two servers would fight over it.
+                'control_socket_disable': True,
+        }.items():
+            if key in self.cfg.settings:
+                self.cfg.set(key, value)
+
+    def load(self):
+        return _load_app()
+
+
+def main(argv=None):
+    common.parse_args(sys.argv[1:] if argv is None else argv)
+    Server(CONF).run()
+
+
+if __name__ == '__main__':
+    sys.exit(main())

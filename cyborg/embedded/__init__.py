@@ -1,0 +1,1 @@
+"""The embedded stack: everything `cyborg-aio` runs in one process."""

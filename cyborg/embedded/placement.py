@@ -1,0 +1,40 @@
+"""The real OpenStack Placement service (openstack-placement), configured on
+a private ConfigOpts so its options never mix with ours.
+
+Placement keeps its own SQLite database in the state directory and creates
+or upgrades its schema on start (`sync_on_startup`). It authenticates with
+`noauth2`: a request must carry `X-Auth-Token: <user>[:<project>]`, and the
+user `admin` is an admin (cyborg.common.ksa.NoAuth2 sends that).
+"""
+
+import os
+
+from oslo_config import cfg
+
+
+def build_conf(state_dir):
+    from placement import conf as placement_conf
+
+    conf = cfg.ConfigOpts()
+    placement_conf.register_opts(conf)
+    conf.set_override('connection', 'sqlite:///%s' % os.path.join(
+        state_dir, 'placement.sqlite'), group='placement_database')
+    conf.set_override('sync_on_startup', True, group='placement_database')
+    conf.set_override('auth_strategy', 'noauth2', group='api')
+    conf.set_override('state_path', state_dir)
+    # No config files: the embedded Placement never reads /etc/placement.
+    conf([], project='placement', default_config_files=[])
+    return conf
+
+
+def load_app(conf):
+    """The Placement WSGI app; migrates its database first.
+
+    placement.db_api.configure() works once per process: one embedded
+    Placement per process.
+    """
+    from placement import db_api
+    from placement import deploy
+
+    db_api.configure(conf)
+    return deploy.loadapp(conf)

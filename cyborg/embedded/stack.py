@@ -1,0 +1,140 @@
+"""EmbeddedStack: the whole service in one process, for one machine.
+
+State lives under one directory: cyborg.sqlite (our database) and
+placement.sqlite (Placement's). The API runs with auth_strategy=noauth,
+Placement with noauth2; both are served on loopback by threaded WSGI
+servers. Later parts (conductor, agent, fake driver) hook into start()/stop().
+"""
+
+import os
+import threading
+
+from oslo_log import log
+
+from cyborg.common import ksa
+from cyborg.conf import CONF
+from cyborg.embedded import compute_node
+from cyborg.embedded import placement
+from cyborg.embedded import wsgi_server
+from cyborg.placement import client as placement_client
+
+LOG = log.getLogger(__name__)
+
+LOOPBACK = '127.0.0.1'
+
+
+def default_state_dir():
+    data_home = (os.environ.get('XDG_DATA_HOME')
+                 or os.path.join(os.path.expanduser('~'), '.local', 'share'))
+    return os.path.join(data_home, 'cyborg-aio')
+
+
+class EmbeddedStack:
+    """API + Placement (+ later conductor and agent) in this process."""
+
+    def __init__(self, state_dir, port=6666, placement_port=8778,
+                 host_spec=None, conf=CONF):
+        self.state_dir = os.path.abspath(state_dir)
+        self.port = port
+        self.placement_port = placement_port
+        self.host_spec = os.path.abspath(host_spec) if host_spec else None
+        self.conf = conf
+        self.compute_rp_uuid = None
+        self._servers = []
+        self._stop_requested = threading.Event()
+
+    # -- configuration --------------------------------------------------
+
+    def _configure(self):
+        os.makedirs(self.state_dir, exist_ok=True)
+        conf = self.conf
+        conf.set_override('state_path', self.state_dir)
+        conf.set_override('auth_strategy', 'noauth', group='api')
+        conf.set_override('connection', 'sqlite:///%s' % os.path.join(
+            self.state_dir, 'cyborg.sqlite'), group='database')
+        if self.host_spec:
+            conf.set_override('host_spec', self.host_spec,
+                              group='fake_driver')
+
+    def _point_at_placement(self, url):
+        self.conf.set_override('auth_type', 'none', group='placement')
+        self.conf.set_override('endpoint_override', url, group='placement')
+
+    # -- life cycle -----------------------------------------------------
+
+    def start(self):
+        """Migrate, start Placement, register the compute node, start the
+        API. On return both servers are listening."""
+        from cyborg.api import app as api_app
+        from cyborg.db import api as db_api
+        from cyborg.db import migration
+
+        self._configure()
+        db_api.configure()
+        migration.upgrade()
+        LOG.info('Database %s at revision %s', self.conf.database.connection,
+                 migration.version())
+
+        try:
+            pconf = placement.build_conf(self.state_dir)
+            self._start_server('placement', placement.load_app(pconf),
+                               self.placement_port)
+            self._point_at_placement(self.placement_url)
+            # The name the agent looks its compute node up by.
+            node = self.conf.agent.resource_provider_name or self.conf.host
+            self.compute_rp_uuid = compute_node.ensure(
+                self.placement_client(), node)
+            LOG.info('Compute node resource provider %s (%s)', node,
+                     self.compute_rp_uuid)
+            self._start_server('cyborg-api', api_app.setup_app(self.conf),
+                               self.port)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_server(self, name, app, port):
+        server = wsgi_server.ThreadedServer(name, app, LOOPBACK, port)
+        server.start()
+        self._servers.append(server)
+        return server
+
+    def _server(self, name):
+        for server in self._servers:
+            if server.name == name:
+                return server
+        raise RuntimeError('%s is not running' % name)
+
+    @property
+    def placement_url(self):
+        return self._server('placement').url
+
+    @property
+    def api_url(self):
+        return self._server('cyborg-api').url + '/v2'
+
+    def placement_client(self):
+        """A Placement client for the embedded Placement ([placement]
+        points at it once start() has started it)."""
+        return placement_client.PlacementClient(
+            ksa.get_adapter('placement', self.conf))
+
+    def request_stop(self):
+        """Make wait() return; safe to call from a signal handler."""
+        self._stop_requested.set()
+
+    def wait(self, poll=0.5):
+        """Block until request_stop() is called or a server thread dies."""
+        while not self._stop_requested.wait(poll):
+            dead = [s.name for s in self._servers if not s.is_alive()]
+            if dead:
+                LOG.error('Server thread(s) ended: %s', ', '.join(dead))
+                return False
+        return True
+
+    def stop(self):
+        """Stop the servers (API first) and release the database."""
+        from cyborg.db import api as db_api
+
+        while self._servers:
+            self._servers.pop().stop()
+        db_api.dispose()

@@ -1,0 +1,171 @@
+"""cyborg-aio as a user runs it: one process, API + real Placement, ready
+line, clean stop on SIGTERM/SIGINT, state kept across restarts."""
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+import requests
+
+READY = re.compile(r'^cyborg-aio ready: api=(\S+/v2) placement=(\S+)$')
+START_TIMEOUT = 120  # seconds; a loaded CI machine is slow to import
+STOP_TIMEOUT = 30
+HOST_SPEC = os.path.join(os.path.dirname(__file__), '..', '..', 'etc',
+                         'cyborg', 'fake-hosts', 'gpu-host.yaml')
+NODE = 'aio-test-node'
+
+
+class Aio:
+    """One cyborg-aio process; stdout is only the ready line, logs go to
+    stderr (kept in a file for failure messages)."""
+
+    def __init__(self, state_dir, log_path, config_file):
+        self.log_path = log_path
+        self._log = open(log_path, 'ab')
+        self.proc = subprocess.Popen(
+            [sys.executable, '-m', 'cyborg.cmd.aio',
+             '--state-dir', str(state_dir), '--port', '0',
+             '--placement-port', '0', '--config-file', str(config_file),
+             '--host-spec', HOST_SPEC],
+            stdout=subprocess.PIPE, stderr=self._log, text=True)
+        self.lines = queue.Queue()
+        self.stdout = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.api, self.placement = self._wait_ready()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.stdout.append(line)
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def logs(self):
+        with open(self.log_path, errors='replace') as f:
+            return f.read()[-4000:]
+
+    def _wait_ready(self):
+        try:
+            line = self.lines.get(timeout=START_TIMEOUT)
+        except queue.Empty:
+            self.kill()
+            pytest.fail('no ready line in %ss:\n%s' % (START_TIMEOUT,
+                                                       self.logs()))
+        if line is None:
+            self.proc.wait()
+            pytest.fail('cyborg-aio exited %s before ready:\n%s'
+                        % (self.proc.returncode, self.logs()))
+        match = READY.match(line.rstrip('\n'))
+        assert match, 'unexpected first stdout line %r' % line
+        return match.groups()
+
+    def stop(self, sig=signal.SIGTERM):
+        self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail('cyborg-aio ignored %s:\n%s' % (sig, self.logs()))
+        self._log.close()
+        return code
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture
+def aio(tmp_path):
+    state_dir = tmp_path / 'state'
+    config_file = tmp_path / 'cyborg.conf'
+    config_file.write_text('[DEFAULT]\nhost = %s\n' % NODE)
+    started = []
+
+    def start():
+        started.append(Aio(state_dir, tmp_path / 'aio.log', config_file))
+        return started[-1]
+
+    start.state_dir = state_dir
+    yield start
+    for process in started:
+        process.kill()
+
+
+def _compute_node(placement):
+    resp = requests.get(placement + '/resource_providers',
+                        params={'name': NODE},
+                        headers={'X-Auth-Token': 'admin'}, timeout=10)
+    assert resp.status_code == 200, resp.text
+    providers = resp.json()['resource_providers']
+    assert len(providers) == 1, providers
+    return providers[0]
+
+
+def test_aio_serves_stops_and_keeps_state(aio):
+    first = aio()
+    api, placement = first.api, first.placement
+    root = api[:-len('/v2')]
+
+    resp = requests.get(root + '/', timeout=10)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()['default_version']['id'] == 'v2'
+    resp = requests.get(api, timeout=10)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()['id'] == 'v2.0'
+
+    resp = requests.post(api + '/device_profiles', timeout=10, json=[
+        {'name': 'aio-gpu', 'groups': [{'resources:PGPU': '1'}]}])
+    assert resp.status_code == 201, resp.text
+    profile_uuid = resp.json()['uuid']
+    resp = requests.post(api + '/accelerator_requests', timeout=10,
+                         json={'device_profile_name': 'aio-gpu'})
+    assert resp.status_code == 201, resp.text
+    arqs = resp.json()['arqs']
+    assert [a['state'] for a in arqs] == ['Initial']
+    resp = requests.get(api + '/accelerator_requests', timeout=10)
+    assert resp.status_code == 200, resp.text
+    assert [a['uuid'] for a in resp.json()['arqs']] == [arqs[0]['uuid']]
+
+    # The real Placement, with the compute node nova-compute would make.
+    node = _compute_node(placement)
+    resp = requests.get(
+        '%s/resource_providers/%s/inventories' % (placement, node['uuid']),
+        headers={'X-Auth-Token': 'admin'}, timeout=10)
+    assert set(resp.json()['inventories']) == {'VCPU', 'MEMORY_MB',
+                                               'DISK_GB'}
+    assert requests.get(placement + '/resource_providers',
+                        timeout=10).status_code == 401  # noauth2: a token
+
+    assert first.stop(signal.SIGTERM) == 0, first.logs()
+    assert [line for line in first.stdout if 'ready' in line] == [
+        'cyborg-aio ready: api=%s placement=%s\n' % (api, placement)]
+    assert {'cyborg.sqlite', 'placement.sqlite'} <= set(
+        os.listdir(aio.state_dir))
+
+    second = aio()
+    resp = requests.get(second.api + '/device_profiles', timeout=10)
+    assert resp.status_code == 200, resp.text
+    assert [p['uuid'] for p in resp.json()['device_profiles']] == [
+        profile_uuid]
+    resp = requests.get(second.api + '/accelerator_requests', timeout=10)
+    assert [a['uuid'] for a in resp.json()['arqs']] == [arqs[0]['uuid']]
+    assert _compute_node(second.placement)['uuid'] == node['uuid']
+    assert second.stop(signal.SIGINT) == 0, second.logs()
+
+
+def test_aio_help_documents_the_defaults():
+    result = subprocess.run(
+        [sys.executable, '-m', 'cyborg.cmd.aio', '--help'],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    text = ''.join(result.stdout.split())  # however argparse wrapped it
+    for expected in ('--state-dir', '~/.local/share/cyborg-aio', '--port',
+                     '6666', '--placement-port', '8778', '--host-spec',
+                     '--config-file', 'cyborg-aioready:api='):
+        assert expected in text
