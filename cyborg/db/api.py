@@ -4,6 +4,8 @@ All DB modules open transactions through `reader()`/`writer()`; one API
 request is one writer transaction, so nothing is ever half-written.
 """
 
+import contextlib
+import contextvars
 import threading
 
 from oslo_db.sqlalchemy import enginefacade
@@ -42,12 +44,40 @@ def _facade():
     return _FACADE
 
 
+# SQLite: a transaction that reads and then writes cannot upgrade its lock
+# while another one holds the write lock; SQLite answers "database is locked"
+# at once instead of waiting. So a writer begins IMMEDIATE, taking the write
+# lock up front (others wait for it, up to the busy timeout), and two
+# concurrent writers queue instead of one failing. oslo.db emits a plain
+# BEGIN from an engine-level "begin" listener unless `in_transaction` is
+# already set; class-level listeners run before it.
+_WRITING = contextvars.ContextVar('cyborg_db_writing', default=False)
+
+
+@sa.event.listens_for(sa.engine.Engine, 'begin')
+def _sqlite_begin_immediate(conn):
+    if (_WRITING.get() and conn.dialect.name == 'sqlite'
+            and 'in_transaction' not in conn.info):
+        conn.exec_driver_sql('BEGIN IMMEDIATE')
+        conn.info['in_transaction'] = True
+
+
+@contextlib.contextmanager
+def _transaction(mode, writing):
+    token = _WRITING.set(writing)
+    try:
+        with mode.using(_Scope()) as session:
+            yield session
+    finally:
+        _WRITING.reset(token)
+
+
 def reader():
-    return _facade().reader.using(_Scope())
+    return _transaction(_facade().reader, False)
 
 
 def writer():
-    return _facade().writer.using(_Scope())
+    return _transaction(_facade().writer, True)
 
 
 def get_engine():
