@@ -89,6 +89,7 @@ class AgentManager:
         wanted = providers.wanted_providers(self.nodename, devices,
                                             set(result['fenced']))
         writes = self.sync.sync(wanted, full=full)
+        self._passes += 1
         self.last_writes = (result['writes'], writes)
         return self.last_writes
 
@@ -114,7 +115,6 @@ class AgentManager:
             full = self._passes % CONF.agent.full_resync_interval == 0
             try:
                 self.report_once(full=full)
-                self._passes += 1
             except (placement.PlacementError, messaging.MessagingException,
                     providers.ComputeNodeNotFound) as e:
                 LOG.warning('Report pass failed, will retry: %s', e)

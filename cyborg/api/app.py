@@ -24,6 +24,14 @@ class _Pecan(pecan.Pecan):
         if state.response.status_int in (204, 304):
             state.response.content_type = None
 
+    def __call__(self, environ, start_response):
+        # JSON is the only representation, so there is nothing to
+        # negotiate: pecan would answer 406 to `Accept: application/json`
+        # (what keystoneauth sends for version discovery) on handlers that
+        # set their own content type.
+        environ.pop('HTTP_ACCEPT', None)
+        return super().__call__(environ, start_response)
+
 
 def _pecan_app():
     return _Pecan(

@@ -12,7 +12,8 @@ from cyborg.conf import CONF  # noqa: E402
 from cyborg.db import api as db_api  # noqa: E402
 
 # Chatty libraries, quieter by default ([DEFAULT] default_log_levels).
-_QUIET = ['alembic.runtime.plugins=WARN', 'routes=INFO', 'cheroot=WARN']
+_QUIET = ['alembic.runtime.plugins=WARN', 'routes=INFO', 'cheroot=WARN',
+          'placement.requestlog=WARN']
 
 _LOGGING_SET_UP = False
 

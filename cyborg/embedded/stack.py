@@ -41,6 +41,8 @@ class EmbeddedStack:
         self.conf = conf
         self.compute_rp_uuid = None
         self._servers = []
+        self._rpc_servers = []
+        self.agent = None
         self._stop_requested = threading.Event()
 
     # -- configuration --------------------------------------------------
@@ -55,6 +57,8 @@ class EmbeddedStack:
         if self.host_spec:
             conf.set_override('host_spec', self.host_spec,
                               group='fake_driver')
+        # Conductor and agent talk over oslo.messaging's in-process driver.
+        conf.set_override('transport_url', 'fake://')
 
     def _point_at_placement(self, url):
         self.conf.set_override('auth_type', 'none', group='placement')
@@ -86,11 +90,28 @@ class EmbeddedStack:
                 self.placement_client(), node)
             LOG.info('Compute node resource provider %s (%s)', node,
                      self.compute_rp_uuid)
+            self._start_services()
             self._start_server('cyborg-api', api_app.setup_app(self.conf),
                                self.port)
         except BaseException:
             self.stop()
             raise
+
+    def _start_services(self):
+        """The conductor and this host's agent (fake driver by default),
+        with one report done before the API opens: devices are visible
+        as soon as the ready line is printed."""
+        from cyborg.cmd import agent as agent_cmd
+        from cyborg.cmd import conductor as conductor_cmd
+
+        conductor = conductor_cmd.build()
+        conductor.start()
+        self._rpc_servers.append(conductor)
+        self.agent, agent_server = agent_cmd.build()
+        agent_server.start()
+        self._rpc_servers.append(agent_server)
+        self.agent.report_once(full=True)
+        self.agent.start()
 
     def _start_server(self, name, app, port):
         server = wsgi_server.ThreadedServer(name, app, LOOPBACK, port)
@@ -135,6 +156,17 @@ class EmbeddedStack:
         """Stop the servers (API first) and release the database."""
         from cyborg.db import api as db_api
 
+        from cyborg import rpc
+
+        if self._servers and self._servers[-1].name == 'cyborg-api':
+            self._servers.pop().stop()
+        if self.agent is not None:
+            self.agent.stop()
+        while self._rpc_servers:
+            server = self._rpc_servers.pop()
+            server.stop()
+            server.wait()
+        rpc.cleanup()
         while self._servers:
             self._servers.pop().stop()
         db_api.dispose()
