@@ -28,11 +28,6 @@ class RequestContext(context.RequestContext):
     def is_service(self):
         return 'service' in self.roles or 'service' in self.service_roles
 
-    def to_policy_values(self):
-        values = super().to_policy_values()
-        values['is_admin'] = self.is_admin
-        return values
-
 
 def get_admin_context():
     return RequestContext(roles=['admin', 'service'], is_admin=True,

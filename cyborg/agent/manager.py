@@ -46,7 +46,7 @@ def annotate(devices, nodename):
 
 
 class AgentManager:
-    target = messaging.Target(version='1.0')
+    target = messaging.Target(version='1.1')
 
     def __init__(self, conductor_api, placement_client, drivers=None,
                  host=None, nodename=None):
@@ -68,6 +68,24 @@ class AgentManager:
 
     def resync(self, context):
         self._wakeup.set()
+
+    def prepare(self, context, deployable_name, driver_name, handle):
+        return self._driver(driver_name).prepare(deployable_name, handle)
+
+    def release(self, context, handles):
+        for handle in handles:
+            try:
+                self._driver(handle['driver_name']).release(
+                    handle['deployable_name'], handle)
+            except Exception:
+                LOG.exception('Releasing handle %s failed', handle['uuid'])
+
+    def _driver(self, name):
+        for drv in self.drivers:
+            if drv.name == name:
+                return drv
+        raise InvalidDriver('No enabled driver %r on host %s'
+                            % (name, self.host))
 
     # Report pass -----------------------------------------------------------
 

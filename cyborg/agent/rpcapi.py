@@ -1,13 +1,14 @@
 """Client side of the agent's RPC API (addressed by the agent's host).
 
 1.0 - resync
+1.1 - prepare, release
 """
 
 from cyborg import rpc
 
 
 class AgentAPI:
-    VERSION = '1.0'
+    VERSION = '1.1'
 
     def __init__(self):
         self.client = rpc.get_client(rpc.AGENT_TOPIC, self.VERSION)
@@ -15,4 +16,17 @@ class AgentAPI:
     def resync(self, context, host):
         """Ask the agent on `host` for a report pass now (e.g. a device was
         put into or taken out of maintenance)."""
-        self.client.prepare(server=host).cast(context, 'resync')
+        self.client.prepare(server=host, version='1.0').cast(context,
+                                                              'resync')
+
+    def prepare(self, context, host, deployable_name, driver_name, handle):
+        """Have the driver make `handle` usable; returns attach info
+        updates (or None). Raises what the driver raised."""
+        return self.client.prepare(server=host, version='1.1').call(
+            context, 'prepare', deployable_name=deployable_name,
+            driver_name=driver_name, handle=handle)
+
+    def release(self, context, host, handles):
+        """Undo prepare() for handles freed by unbind or delete."""
+        self.client.prepare(server=host, version='1.1').cast(
+            context, 'release', handles=handles)

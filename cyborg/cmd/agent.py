@@ -12,31 +12,39 @@ from cyborg.placement import client as placement
 from cyborg import rpc
 
 
-def build():
-    """(agent manager, RPC server), neither started."""
-    agent = manager.AgentManager(
-        conductor_rpcapi.ConductorAPI(),
-        placement.PlacementClient(ksa.get_adapter('placement'),
-                                  max_delay=CONF.agent.placement_retry_max_delay))
-    server = rpc.get_server(rpc.AGENT_TOPIC, [agent], server=agent.host)
-    return agent, server
+class AgentService:
+    """The agent's report loop and its RPC server (addressed by host)."""
+
+    def __init__(self):
+        self.agent = manager.AgentManager(
+            conductor_rpcapi.ConductorAPI(),
+            placement.PlacementClient(
+                ksa.get_adapter('placement'),
+                max_delay=CONF.agent.placement_retry_max_delay))
+        self.server = rpc.get_server(rpc.AGENT_TOPIC, [self.agent],
+                                     server=self.agent.host)
+
+    def start(self, first_report=False):
+        self.server.start()
+        if first_report:
+            self.agent.report_once(full=True)
+        self.agent.start()
+
+    def stop(self):
+        self.agent.stop()
+        self.server.stop()
+        self.server.wait()
 
 
 def main(argv=None):
     common.parse_args(sys.argv[1:] if argv is None else argv)
-    agent, server = build()
-
-    def start():
-        server.start()
-        agent.start()
+    agent = AgentService()
 
     def stop():
         agent.stop()
-        server.stop()
-        server.wait()
         rpc.cleanup()
 
-    return service.run_until_signalled('cyborg-agent', start, stop)
+    return service.run_until_signalled('cyborg-agent', agent.start, stop)
 
 
 if __name__ == '__main__':

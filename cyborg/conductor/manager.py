@@ -18,7 +18,13 @@ def _raced(exc):
 
 
 class ConductorManager:
-    target = messaging.Target(version='1.0')
+    target = messaging.Target(version='1.1')
+
+    def __init__(self, binder=None):
+        self.binder = binder
+
+    def bind_arqs(self, context, arq_uuids):
+        self.binder.bind(context, arq_uuids)
 
     @oslo_db_api.wrap_db_retry(max_retries=5, retry_on_deadlock=True,
                                exception_checker=_raced)

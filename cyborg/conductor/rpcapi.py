@@ -1,13 +1,14 @@
 """Client side of the conductor's RPC API.
 
 1.0 - report_data
+1.1 - bind_arqs
 """
 
 from cyborg import rpc
 
 
 class ConductorAPI:
-    VERSION = '1.0'
+    VERSION = '1.1'
 
     def __init__(self, timeout=None):
         self.client = rpc.get_client(rpc.CONDUCTOR_TOPIC, self.VERSION,
@@ -15,6 +16,11 @@ class ConductorAPI:
 
     def report_data(self, context, hostname, devices):
         """Store a host's discovered devices; returns which are fenced."""
-        return self.client.prepare().call(
+        return self.client.prepare(version='1.0').call(
             context, 'report_data', hostname=hostname,
             devices=[d.to_dict() for d in devices])
+
+    def bind_arqs(self, context, arq_uuids):
+        """Bind ARQs the API moved to BindStarted; answers nothing."""
+        self.client.prepare(version='1.1').cast(context, 'bind_arqs',
+                                                arq_uuids=arq_uuids)

@@ -17,6 +17,8 @@ from cyborg.db import models
 ARQ = models.ExtendedAcceleratorRequest.__table__
 DP = models.DeviceProfile.__table__
 AH = models.AttachHandle.__table__
+DEPLOYABLE = models.Deployable.__table__
+DEVICE = models.Device.__table__
 
 RESOLVED_STATES = ('Bound', 'BindFailed', 'Deleting')
 BINDABLE_STATES = ('Initial', 'Unbound')
@@ -161,24 +163,49 @@ def start_bind(bindings, project_id=None):
 
 
 def unbind(uuids, project_id=None):
-    """Move ARQs to Unbound, clearing their binding and freeing handles."""
+    """Move ARQs to Unbound, clearing their binding and freeing handles.
+
+    Returns the released handles (for the agents' release()).
+    """
     with api.writer() as session:
         found = _require_all(session, uuids, project_id)
         for uuid in uuids:
             _transition(session, uuid, 'Unbound', UNBINDABLE_STATES,
                         {'hostname': None, 'device_rp_uuid': None,
                          'instance_uuid': None, 'attach_handle_id': None,
-                         'deployable_id': None, 'bind_failure': None},
+                         'deployable_id': None, 'bind_failure': None,
+                         'event_pending': False},
                         found[uuid]['state'])
-        _free_handles(session, found.values())
+        return _free_handles(session, found.values())
 
 
 def _free_handles(session, arq_rows):
-    handle_ids = [r['attach_handle_id'] for r in arq_rows
-                  if r['attach_handle_id'] is not None]
-    if handle_ids:
-        session.execute(AH.update().where(AH.c.id.in_(handle_ids))
-                        .values(in_use=False))
+    """Mark the ARQs' attach handles free; return what the agents must
+    release (see released_handles)."""
+    return free_handles(session, [r['attach_handle_id'] for r in arq_rows
+                                  if r['attach_handle_id'] is not None])
+
+
+def free_handles(session, handle_ids):
+    if not handle_ids:
+        return []
+    released = released_handles(session, handle_ids)
+    session.execute(AH.update().where(AH.c.id.in_(handle_ids))
+                    .values(in_use=False))
+    return released
+
+
+def released_handles(session, handle_ids):
+    """Handle, deployable and host of each handle: what an agent's
+    release() needs."""
+    return [dict(r) for r in session.execute(
+        sa.select(AH.c.uuid, AH.c.attach_type, AH.c.attach_info,
+                  DEPLOYABLE.c.name.label('deployable_name'),
+                  DEPLOYABLE.c.driver_name, DEVICE.c.hostname)
+        .select_from(AH.join(DEPLOYABLE, AH.c.deployable_id
+                             == DEPLOYABLE.c.id)
+                     .join(DEVICE, DEPLOYABLE.c.device_id == DEVICE.c.id))
+        .where(AH.c.id.in_(handle_ids))).mappings()]
 
 
 def delete_by_uuids(uuids, project_id=None, may_delete_bound=False):
@@ -192,7 +219,7 @@ def delete_by_uuids(uuids, project_id=None, may_delete_bound=False):
                     raise exception.Forbidden(
                         'ARQ %s is bound to instance %s. Use the Compute API '
                         'to manage instance accelerators.' % (uuid, instance))
-        _delete(session, found.values())
+        return _delete(session, found.values())
 
 
 def delete_by_instance(instance_uuid, project_id=None):
@@ -202,13 +229,14 @@ def delete_by_instance(instance_uuid, project_id=None):
             _scoped(sa.select(ARQ.c.id, ARQ.c.attach_handle_id), project_id)
             .where(ARQ.c.instance_uuid == instance_uuid)
             .with_for_update()).mappings().all()
-        _delete(session, found)
+        return _delete(session, found)
 
 
 def _delete(session, arq_rows):
+    """Delete the rows; returns the released handles."""
     arq_rows = list(arq_rows)
     if not arq_rows:
-        return
+        return []
     session.execute(ARQ.delete().where(
         ARQ.c.id.in_([r['id'] for r in arq_rows])))
-    _free_handles(session, arq_rows)
+    return _free_handles(session, arq_rows)

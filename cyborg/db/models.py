@@ -155,6 +155,7 @@ class ExtendedAcceleratorRequest(_Common, Base):
         sa.Index('arqs_state_idx', 'state'),
         sa.Index('arqs_attach_handle_id_idx', 'attach_handle_id'),
         sa.Index('arqs_deployable_id_idx', 'deployable_id'),
+        sa.Index('arqs_event_pending_idx', 'event_pending'),
         # One attach handle serves at most one ARQ: a second binder cannot
         # take a handle that is already recorded against another request.
         sa.UniqueConstraint('attach_handle_id',
@@ -177,3 +178,5 @@ class ExtendedAcceleratorRequest(_Common, Base):
     deployable_id = sa.Column(
         sa.Integer, sa.ForeignKey('deployables.id', ondelete='RESTRICT'))
     bind_failure = sa.Column(sa.String(255))
+    # The bind outcome still has to reach Nova (survives restarts).
+    event_pending = sa.Column(sa.Boolean, nullable=False, default=False)

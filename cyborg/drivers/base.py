@@ -84,12 +84,14 @@ class Driver(abc.ABC):
     def discover(self):
         """Return the [Device] present on this host now."""
 
-    def prepare(self, deployable, attach_handle, request):
-        """Make `attach_handle` usable for a binding (MIG, mdev, rebind).
+    def prepare(self, deployable_name, handle):
+        """Make an attach handle usable for a binding (MIG, mdev, rebind).
 
-        Returns attach info updates, or None. Raise to fail the bind.
+        handle: {uuid, attach_type, attach_info (JSON), ...}. Returns attach
+        info updates, or None. Raise to fail the bind (the message becomes
+        the ARQ's failure reason).
         """
         return None
 
-    def release(self, deployable, attach_handle):
+    def release(self, deployable_name, handle):
         """Undo prepare() when the ARQ is unbound or deleted."""

@@ -33,15 +33,21 @@ class EmbeddedStack:
     """API + Placement (+ later conductor and agent) in this process."""
 
     def __init__(self, state_dir, port=6666, placement_port=8778,
-                 host_spec=None, conf=CONF):
+                 host_spec=None, conf=CONF, nova_port=8774,
+                 nova_endpoint=None):
         self.state_dir = os.path.abspath(state_dir)
         self.port = port
         self.placement_port = placement_port
+        # Nova's events API: served here (nova_port) unless the events go
+        # to another Nova (nova_endpoint, e.g. nova_cyborg_client.flow's).
+        self.nova_port = nova_port
+        self.nova_endpoint = nova_endpoint
+        self.nova_receiver = None
         self.host_spec = os.path.abspath(host_spec) if host_spec else None
         self.conf = conf
         self.compute_rp_uuid = None
         self._servers = []
-        self._rpc_servers = []
+        self._services = []
         self.agent = None
         self._stop_requested = threading.Event()
 
@@ -59,6 +65,22 @@ class EmbeddedStack:
                               group='fake_driver')
         # Conductor and agent talk over oslo.messaging's in-process driver.
         conf.set_override('transport_url', 'fake://')
+
+    def _point_at_nova(self):
+        """[nova] → the events API of nova_cyborg_client, served in this
+        process, or the Nova at nova_endpoint."""
+        url = self.nova_endpoint
+        if url is None:
+            from nova_cyborg_client import events as nova_events
+            self.nova_receiver = nova_events.Receiver()
+            url = self._start_server('nova-events', self.nova_receiver.app,
+                                     self.nova_port).url
+        self.conf.set_override('auth_type', 'none', group='nova')
+        self.conf.set_override('endpoint_override', url, group='nova')
+
+    @property
+    def nova_url(self):
+        return self.nova_endpoint or self._server('nova-events').url
 
     def _point_at_placement(self, url):
         self.conf.set_override('auth_type', 'none', group='placement')
@@ -90,6 +112,7 @@ class EmbeddedStack:
                 self.placement_client(), node)
             LOG.info('Compute node resource provider %s (%s)', node,
                      self.compute_rp_uuid)
+            self._point_at_nova()
             self._start_services()
             self._start_server('cyborg-api', api_app.setup_app(self.conf),
                                self.port)
@@ -104,14 +127,13 @@ class EmbeddedStack:
         from cyborg.cmd import agent as agent_cmd
         from cyborg.cmd import conductor as conductor_cmd
 
-        conductor = conductor_cmd.build()
+        conductor = conductor_cmd.ConductorService()
         conductor.start()
-        self._rpc_servers.append(conductor)
-        self.agent, agent_server = agent_cmd.build()
-        agent_server.start()
-        self._rpc_servers.append(agent_server)
-        self.agent.report_once(full=True)
-        self.agent.start()
+        self._services.append(conductor)
+        agent = agent_cmd.AgentService()
+        self.agent = agent.agent
+        self._services.append(agent)
+        agent.start(first_report=True)
 
     def _start_server(self, name, app, port):
         server = wsgi_server.ThreadedServer(name, app, LOOPBACK, port)
@@ -160,12 +182,8 @@ class EmbeddedStack:
 
         if self._servers and self._servers[-1].name == 'cyborg-api':
             self._servers.pop().stop()
-        if self.agent is not None:
-            self.agent.stop()
-        while self._rpc_servers:
-            server = self._rpc_servers.pop()
-            server.stop()
-            server.wait()
+        while self._services:
+            self._services.pop().stop()
         rpc.cleanup()
         while self._servers:
             self._servers.pop().stop()

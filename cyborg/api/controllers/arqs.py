@@ -3,10 +3,12 @@ to an instance by Nova."""
 
 import pecan
 
+from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.api.controllers import base
 from cyborg.api import microversion
 from cyborg.api.schemas import arqs as schema
 from cyborg.common import exception
+from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import arqs as db
 from cyborg.db import device_profiles as dp_db
 from cyborg import policy
@@ -91,7 +93,7 @@ def apply_patch(patch):
             reason='A patch either binds or unbinds, not both')
     project = _visible_project()
     if kinds == {'remove'}:
-        db.unbind(list(parsed), project)
+        _release(db.unbind(list(parsed), project))
         return
     bindings = {}
     for uuid, (_, values) in parsed.items():
@@ -102,6 +104,18 @@ def apply_patch(patch):
         raise exception.PatchError(
             reason='All ARQs of one patch must be bound to one instance')
     db.start_bind(bindings, project)
+    # The conductor binds asynchronously and tells Nova (202 now).
+    conductor_rpcapi.ConductorAPI().bind_arqs(ctx, list(bindings))
+
+
+def _release(handles):
+    """Ask each freed handle's agent to undo what prepare() did."""
+    by_host = {}
+    for handle in handles:
+        by_host.setdefault(handle['hostname'], []).append(handle)
+    agent_api = agent_rpcapi.AgentAPI() if by_host else None
+    for host, host_handles in by_host.items():
+        agent_api.release(base.context(), host, host_handles)
 
 
 class ARQController:
@@ -145,7 +159,7 @@ def _delete_arqs(uuids):
     may_delete_bound = policy.get_enforcer().enforce(
         'cyborg:arq:delete_bound', {'project_id': base.context().project_id},
         base.context())
-    db.delete_by_uuids(uuids, _visible_project(), may_delete_bound)
+    _release(db.delete_by_uuids(uuids, _visible_project(), may_delete_bound))
 
 
 class ARQsController:
@@ -207,9 +221,9 @@ class ARQsController:
                                     'instance UUID')
         if 'instance' in params:
             _authorize_service('cyborg:arq:delete_bound')
-            db.delete_by_instance(base.require_uuid(params['instance'],
-                                                    'instance'),
-                                  _visible_project())
+            _release(db.delete_by_instance(
+                base.require_uuid(params['instance'], 'instance'),
+                _visible_project()))
         else:
             uuids = [base.require_uuid(u, 'accelerator request')
                      for u in params['arqs'].split(',') if u]

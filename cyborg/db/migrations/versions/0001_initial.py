@@ -131,11 +131,12 @@ def upgrade():
            _fk('attach_handle_id', 'attach_handles', arqs, nullable=True),
            _fk('deployable_id', 'deployables', arqs, nullable=True),
            sa.Column('bind_failure', sa.String(255)),
+           sa.Column('event_pending', sa.Boolean, nullable=False),
            sa.UniqueConstraint('attach_handle_id',
                                name='uniq_arqs0attach_handle_id'),
            sa.CheckConstraint('device_profile_group_id >= 0',
                               name='ck_%s_group_id' % arqs))
     for column in ('project_id', 'instance_uuid', 'device_rp_uuid',
                    'device_profile_id', 'state', 'attach_handle_id',
-                   'deployable_id'):
+                   'deployable_id', 'event_pending'):
         op.create_index('arqs_%s_idx' % column, arqs, [column])

@@ -1,0 +1,154 @@
+"""The conductor's side of binding an ARQ: claim an attach handle, record
+the outcome, and remember which outcomes Nova has not heard of yet.
+
+Every step is a conditional statement, so two conductors (or a conductor
+re-driving after a crash) can never hand one handle to two ARQs nor move an
+ARQ that someone else already moved.
+"""
+
+import json
+
+import sqlalchemy as sa
+
+from cyborg.db import api
+from cyborg.db import arqs
+from cyborg.db import models
+
+ARQ = models.ExtendedAcceleratorRequest.__table__
+AH = models.AttachHandle.__table__
+DEPLOYABLE = models.Deployable.__table__
+DEVICE = models.Device.__table__
+
+BIND_STATUS = {'Bound': 'completed', 'BindFailed': 'failed',
+               'Deleting': 'failed'}
+
+
+class BindError(Exception):
+    """The ARQ cannot be bound; the message is the recorded reason."""
+
+
+class Gone(Exception):
+    """The ARQ left BindStarted meanwhile (unbound or deleted)."""
+
+
+def claim_handle(arq_uuid):
+    """Give a BindStarted ARQ a free attach handle of the deployable behind
+    its device_rp_uuid (or the one it already holds, when re-driven).
+
+    Returns {arq, deployable, device, handle}; raises BindError or Gone.
+    """
+    with api.writer() as session:
+        arq = session.execute(sa.select(ARQ).where(
+            ARQ.c.uuid == arq_uuid)).mappings().first()
+        if arq is None or arq['state'] != 'BindStarted':
+            raise Gone(arq_uuid)
+        dep = session.execute(sa.select(DEPLOYABLE).where(
+            DEPLOYABLE.c.rp_uuid == arq['device_rp_uuid'])
+        ).mappings().first()
+        if dep is None:
+            raise BindError('No device is known for resource provider %s'
+                            % arq['device_rp_uuid'])
+        device = session.execute(sa.select(DEVICE).where(
+            DEVICE.c.id == dep['device_id'])).mappings().one()
+        if device['status'] != 'enabled':
+            raise BindError('Device %s on %s is in maintenance'
+                            % (device['uuid'], device['hostname']))
+        handle_id = arq['attach_handle_id'] or _take_free_handle(
+            session, dep)
+        updated = session.execute(ARQ.update().where(
+            ARQ.c.uuid == arq_uuid, ARQ.c.state == 'BindStarted').values(
+            attach_handle_id=handle_id, deployable_id=dep['id']))
+        if updated.rowcount != 1:
+            raise Gone(arq_uuid)
+        handle = session.execute(sa.select(AH).where(
+            AH.c.id == handle_id)).mappings().one()
+        return {'arq': dict(arq), 'deployable': dict(dep),
+                'device': dict(device), 'handle': dict(handle)}
+
+
+def _take_free_handle(session, dep, attempts=5):
+    """Flip one free handle to in_use; a concurrent taker makes the
+    conditional UPDATE match nothing and we try the next one."""
+    for _ in range(attempts):
+        candidate = session.execute(
+            sa.select(AH.c.id).where(AH.c.deployable_id == dep['id'],
+                                     AH.c.in_use == sa.false())
+            .order_by(AH.c.id).limit(1)).scalar()
+        if candidate is None:
+            break
+        taken = session.execute(AH.update().where(
+            AH.c.id == candidate, AH.c.in_use == sa.false()).values(
+            in_use=True))
+        if taken.rowcount == 1:
+            return candidate
+    total = session.execute(sa.select(sa.func.count()).where(
+        AH.c.deployable_id == dep['id'])).scalar()
+    raise BindError('No free attach handle on deployable %s (%d in use)'
+                    % (dep['name'], total))
+
+
+def update_handle_info(handle_uuid, info):
+    """Record what the driver's prepare() learnt (e.g. a MIG UUID)."""
+    with api.writer() as session:
+        current = session.execute(sa.select(AH.c.attach_info).where(
+            AH.c.uuid == handle_uuid)).scalar()
+        merged = dict(json.loads(current or '{}'), **info)
+        session.execute(AH.update().where(AH.c.uuid == handle_uuid).values(
+            attach_info=json.dumps(merged, sort_keys=True,
+                                   separators=(', ', ': '))))
+
+
+def finish(arq_uuid, reason=None):
+    """BindStarted → Bound (reason None) or BindFailed (with the reason).
+
+    On failure the handle is freed and returned for release; the event to
+    Nova is marked pending in the same transaction. Raises Gone when the
+    ARQ is no longer BindStarted.
+    """
+    target = 'Bound' if reason is None else 'BindFailed'
+    with api.writer() as session:
+        row = session.execute(sa.select(ARQ.c.attach_handle_id).where(
+            ARQ.c.uuid == arq_uuid, ARQ.c.state == 'BindStarted')
+            .with_for_update()).mappings().first()
+        if row is None:
+            raise Gone(arq_uuid)
+        values = {'state': target, 'event_pending': True,
+                  'bind_failure': reason[:255] if reason else None}
+        if reason is not None:
+            values.update(attach_handle_id=None, deployable_id=None)
+        session.execute(ARQ.update().where(
+            ARQ.c.uuid == arq_uuid, ARQ.c.state == 'BindStarted').values(
+            **values))
+        if reason is not None and row['attach_handle_id'] is not None:
+            return arqs.free_handles(session, [row['attach_handle_id']])
+        return []
+
+
+def bind_started():
+    """ARQs a conductor must (re-)drive, grouped by instance."""
+    with api.reader() as session:
+        by_instance = {}
+        for uuid, instance in session.execute(
+                sa.select(ARQ.c.uuid, ARQ.c.instance_uuid).where(
+                    ARQ.c.state == 'BindStarted').order_by(ARQ.c.id)):
+            by_instance.setdefault(instance, []).append(uuid)
+        return by_instance
+
+
+def pending_events(uuids=None):
+    """Nova events not yet delivered: [{name, server_uuid, tag, status}]."""
+    query = sa.select(ARQ.c.uuid, ARQ.c.instance_uuid, ARQ.c.state).where(
+        ARQ.c.event_pending == sa.true(), ARQ.c.instance_uuid.is_not(None))
+    if uuids is not None:
+        query = query.where(ARQ.c.uuid.in_(uuids))
+    with api.reader() as session:
+        return [{'name': 'accelerator-request-bound',
+                 'server_uuid': r['instance_uuid'], 'tag': r['uuid'],
+                 'status': BIND_STATUS.get(r['state'], 'failed')}
+                for r in session.execute(query.order_by(ARQ.c.id)).mappings()]
+
+
+def events_delivered(uuids):
+    with api.writer() as session:
+        session.execute(ARQ.update().where(ARQ.c.uuid.in_(uuids)).values(
+            event_pending=False))

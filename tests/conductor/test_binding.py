@@ -1,0 +1,371 @@
+"""Asynchronous binding end to end in one process: API PATCH → conductor
+(claim handle, agent prepare) → Bound/BindFailed → events to "Nova"; plus
+races, crash recovery, unbind/release and an unreachable Nova."""
+
+import json
+import threading
+import time
+import uuid
+
+import pytest
+import sqlalchemy as sa
+import webob
+
+from cyborg.agent import manager as agent_manager
+from cyborg.agent import rpcapi as agent_rpcapi
+from cyborg.api import app as api_app
+from cyborg.conductor import binder as conductor_binder
+from cyborg.conductor import manager as conductor_manager
+from cyborg.conductor import rpcapi as conductor_rpcapi
+from cyborg.common import nova
+from cyborg.conf import CONF
+from cyborg.db import api as db_api
+from cyborg.db import models
+from cyborg.drivers import fake
+from cyborg.embedded import wsgi_server
+from cyborg.placement import client as placement
+from cyborg import rpc
+
+NOVA_HEADERS = {'X-Roles': 'member', 'X-Service-Roles': 'service',
+                'X-Project-Id': 'p1', 'X-User-Id': 'u1'}
+
+
+class RecordingDriver(fake.FakeDriver):
+    """The fake driver, remembering prepare/release calls; can fail."""
+
+    def __init__(self):
+        super().__init__(fake.default_host_spec())
+        self.prepared, self.released = [], []
+        self.fail_with = None
+
+    def prepare(self, deployable_name, handle):
+        if self.fail_with:
+            raise RuntimeError(self.fail_with)
+        self.prepared.append(handle['uuid'])
+        return {'prepared_by': 'test'}
+
+    def release(self, deployable_name, handle):
+        self.released.append(handle['uuid'])
+
+
+class RecordingNova:
+    """Stands in for Nova's /os-server-external-events."""
+
+    def __init__(self, status=200):
+        self.events = []
+        self.status = status
+        self.arrived = threading.Event()
+
+    def __call__(self, environ, start_response):
+        body = json.loads(environ['wsgi.input'].read(
+            int(environ.get('CONTENT_LENGTH') or 0)))
+        self.events.extend(body['events'])
+        self.version = environ.get('HTTP_OPENSTACK_API_VERSION')
+        self.arrived.set()
+        start_response('%d OK' % self.status,
+                       [('Content-Type', 'application/json')])
+        code = 422 if self.status == 207 else 200
+        return [json.dumps({'events': [dict(e, code=code)
+                                       for e in body['events']]}).encode()]
+
+
+@pytest.fixture
+def nova_server():
+    app = RecordingNova()
+    server = wsgi_server.ThreadedServer('nova', app)
+    server.start()
+    CONF.set_override('auth_type', 'none', group='nova')
+    CONF.set_override('endpoint_override', server.url, group='nova')
+    yield app
+    server.stop()
+
+
+class Stack:
+    def __init__(self, placement_service, nova_app):
+        self.nova = nova_app
+        adapter = placement_service.adapter()
+        self.host = 'bind-%s' % uuid.uuid4().hex[:8]
+        adapter.post('/resource_providers', microversion='1.26',
+                     json={'name': self.host})
+        self.driver = RecordingDriver()
+        self.agent = agent_manager.AgentManager(
+            conductor_rpcapi.ConductorAPI(timeout=10),
+            placement.PlacementClient(adapter), drivers=[self.driver],
+            host=self.host)
+        self.agent_server = rpc.get_server(rpc.AGENT_TOPIC, [self.agent],
+                                           server=self.host)
+        self.agent_server.start()
+        self.conductor = None
+        self.start_conductor()
+        self.agent.report_once(full=True)
+        self.app = api_app.setup_app()
+
+    def start_conductor(self):
+        self.binder = conductor_binder.Binder(
+            agent_rpcapi.AgentAPI(),
+            nova.NovaNotifier(give_up_after=30, max_delay=0.2),
+            sweep_interval=0.2)
+        self.conductor = rpc.get_server(
+            rpc.CONDUCTOR_TOPIC,
+            [conductor_manager.ConductorManager(self.binder)],
+            server='conductor-%s' % uuid.uuid4().hex[:6])
+        self.conductor.start()
+        self.binder.start()
+
+    def stop_conductor(self):
+        self.conductor.stop()
+        self.conductor.wait()
+        self.binder.stop()
+        self.conductor = None
+
+    def stop(self):
+        if self.conductor is not None:
+            self.stop_conductor()
+        self.agent_server.stop()
+        self.agent_server.wait()
+
+    def api(self, method, path, body=None, headers=None):
+        request = webob.Request.blank(path, method=method,
+                                      headers=headers or {})
+        if body is not None:
+            request.body = json.dumps(body).encode()
+            request.content_type = 'application/json'
+        return request.get_response(self.app)
+
+    def rp(self, address):
+        deps = self.api('GET', '/v2/deployables').json['deployables']
+        return next(d['rp_uuid'] for d in deps if d['name'] == address)
+
+    def profile(self, name, groups):
+        r = self.api('POST', '/v2/device_profiles',
+                     [{'name': name, 'groups': groups}])
+        assert r.status_int == 201, r.text
+
+    def create_arqs(self, profile):
+        r = self.api('POST', '/v2/accelerator_requests',
+                     {'device_profile_name': profile}, NOVA_HEADERS)
+        assert r.status_int == 201, r.text
+        return r.json['arqs']
+
+    def bind(self, arqs, instance, rps):
+        body = {a['uuid']: [
+            {'op': 'add', 'path': '/hostname', 'value': self.host},
+            {'op': 'add', 'path': '/device_rp_uuid', 'value': rp},
+            {'op': 'add', 'path': '/instance_uuid', 'value': instance}]
+            for a, rp in zip(arqs, rps)}
+        return self.api('PATCH', '/v2/accelerator_requests', body,
+                        NOVA_HEADERS)
+
+    def arqs(self, instance):
+        return self.api('GET', '/v2/accelerator_requests?instance=%s'
+                        % instance, headers=NOVA_HEADERS).json['arqs']
+
+    def wait_resolved(self, instance, timeout=15):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            r = self.api('GET', '/v2/accelerator_requests?instance=%s'
+                         '&bind_state=resolved' % instance,
+                         headers=NOVA_HEADERS)
+            if r.status_int == 200:
+                return r.json['arqs']
+            time.sleep(0.05)
+        raise AssertionError('ARQs of %s never resolved' % instance)
+
+    def wait_events(self, count, timeout=15):
+        deadline = time.time() + timeout
+        while time.time() < deadline and len(self.nova.events) < count:
+            time.sleep(0.05)
+        return self.nova.events
+
+
+@pytest.fixture
+def stack(sqlite_database, placement_service, nova_server):
+    s = Stack(placement_service, nova_server)
+    yield s
+    s.stop()
+
+
+def test_bind_reaches_bound_and_nova_hears_of_it(stack):
+    stack.profile('gpu', [{'resources:PGPU': '1',
+                           'trait:CUSTOM_NVIDIA_2335': 'required'}])
+    [arq] = stack.create_arqs('gpu')
+    instance = str(uuid.uuid4())
+    r = stack.bind([arq], instance, [stack.rp('0000:1b:00.0')])
+    assert r.status_int == 202 and r.body == b''
+    [bound] = stack.wait_resolved(instance)
+    assert bound['state'] == 'Bound'
+    assert bound['attach_handle_type'] == 'PCI'
+    assert bound['attach_handle_info'] == {
+        'domain': '0000', 'bus': '1b', 'device': '00', 'function': '0',
+        'prepared_by': 'test'}
+    assert stack.driver.prepared == [bound['attach_handle_uuid']]
+    events = stack.wait_events(1)
+    assert events == [{'name': 'accelerator-request-bound',
+                       'server_uuid': instance, 'tag': arq['uuid'],
+                       'status': 'completed'}]
+    assert stack.nova.version == 'compute 2.82'
+
+
+def test_multi_group_profile_binds_each_group_to_its_provider(stack):
+    stack.profile('two', [{'resources:PGPU': '1'}, {'resources:FPGA': '2'}])
+    arqs = stack.create_arqs('two')
+    assert [a['device_profile_group_id'] for a in arqs] == [0, 1, 1]
+    rps = {0: stack.rp('0000:43:00.0'), 1: stack.rp('0000:0c:00.0')}
+    instance = str(uuid.uuid4())
+    stack.bind(arqs, instance,
+               [rps[a['device_profile_group_id']] for a in arqs])
+    bound = {a['uuid']: a for a in stack.wait_resolved(instance)}
+    assert {a['state'] for a in bound.values()} == {'Bound'}
+    for arq in arqs:
+        b = bound[arq['uuid']]
+        assert b['device_rp_uuid'] == rps[arq['device_profile_group_id']]
+    fpga = [bound[a['uuid']]['attach_handle_info'] for a in arqs[1:]]
+    assert {i['bus'] for i in fpga} == {'0c'}
+    assert len({i['function'] for i in fpga}) == 2   # two distinct handles
+    assert len(stack.wait_events(3)) == 3
+
+
+def test_two_instances_racing_for_one_gpu(stack):
+    stack.profile('gpu', [{'resources:PGPU': '1'}])
+    gpu = stack.rp('0000:1b:00.0')
+    first, second = stack.create_arqs('gpu'), stack.create_arqs('gpu')
+    instances = [str(uuid.uuid4()), str(uuid.uuid4())]
+    barrier = threading.Barrier(2)
+
+    def bind(arqs, instance):
+        barrier.wait()
+        assert stack.bind(arqs, instance, [gpu]).status_int == 202
+
+    threads = [threading.Thread(target=bind, args=a)
+               for a in ((first, instances[0]), (second, instances[1]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    states = sorted(stack.wait_resolved(i)[0]['state'] for i in instances)
+    assert states == ['BindFailed', 'Bound']
+    with db_api.reader() as session:
+        arq_t = models.ExtendedAcceleratorRequest.__table__
+        failed = session.execute(sa.select(arq_t).where(
+            arq_t.c.state == 'BindFailed')).mappings().one()
+        in_use = session.execute(sa.select(sa.func.count()).where(
+            models.AttachHandle.__table__.c.in_use == sa.true())).scalar()
+    assert failed['bind_failure'].startswith(
+        'No free attach handle on deployable 0000:1b:00.0')
+    assert failed['attach_handle_id'] is None
+    assert in_use == 1
+    statuses = sorted(e['status'] for e in stack.wait_events(2))
+    assert statuses == ['completed', 'failed']
+
+
+def test_prepare_failure_ends_in_bind_failed_and_frees_the_handle(stack):
+    stack.profile('gpu', [{'resources:PGPU': '1'}])
+    stack.driver.fail_with = 'GPU fell off the bus'
+    [arq] = stack.create_arqs('gpu')
+    instance = str(uuid.uuid4())
+    stack.bind([arq], instance, [stack.rp('0000:1b:00.0')])
+    [failed] = stack.wait_resolved(instance)
+    assert failed['state'] == 'BindFailed'
+    assert failed['attach_handle_type'] == ''
+    with db_api.reader() as session:
+        in_use = session.execute(sa.select(sa.func.count()).where(
+            models.AttachHandle.__table__.c.in_use == sa.true())).scalar()
+        reason = session.execute(sa.select(
+            models.ExtendedAcceleratorRequest.__table__.c.bind_failure
+        )).scalar()
+    assert in_use == 0
+    assert 'GPU fell off the bus' in reason
+    assert stack.wait_events(1)[0]['status'] == 'failed'
+
+
+def test_unknown_provider_fails_the_bind(stack):
+    stack.profile('gpu', [{'resources:PGPU': '1'}])
+    [arq] = stack.create_arqs('gpu')
+    instance = str(uuid.uuid4())
+    stack.bind([arq], instance, [str(uuid.uuid4())])
+    assert stack.wait_resolved(instance)[0]['state'] == 'BindFailed'
+    assert stack.wait_events(1)[0]['status'] == 'failed'
+
+
+def test_unbind_and_delete_release_the_handle(stack):
+    stack.profile('gpu', [{'resources:PGPU': '1'}])
+    [arq] = stack.create_arqs('gpu')
+    instance = str(uuid.uuid4())
+    stack.bind([arq], instance, [stack.rp('0000:1b:00.0')])
+    handle = stack.wait_resolved(instance)[0]['attach_handle_uuid']
+    r = stack.api('PATCH', '/v2/accelerator_requests/%s' % arq['uuid'],
+                  {arq['uuid']: [{'op': 'remove', 'path': p} for p in (
+                      '/hostname', '/device_rp_uuid', '/instance_uuid')]},
+                  NOVA_HEADERS)
+    assert r.status_int == 202
+    deadline = time.time() + 10
+    while not stack.driver.released and time.time() < deadline:
+        time.sleep(0.05)
+    assert stack.driver.released == [handle]
+    # Bound again, then deleted by instance: released again.
+    instance = str(uuid.uuid4())
+    stack.bind([arq], instance, [stack.rp('0000:1b:00.0')])
+    stack.wait_resolved(instance)
+    r = stack.api('DELETE', '/v2/accelerator_requests?instance=%s'
+                  % instance, headers=NOVA_HEADERS)
+    assert r.status_int == 204
+    deadline = time.time() + 10
+    while len(stack.driver.released) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert len(stack.driver.released) == 2
+    assert stack.arqs(instance) == []
+
+
+def test_conductor_down_between_bind_started_and_bound(stack):
+    """The PATCH is accepted while no conductor runs (its cast is lost, as
+    when a conductor dies mid-way); the next conductor re-drives it."""
+    stack.profile('gpu', [{'resources:PGPU': '1'}])
+    stack.stop_conductor()
+    [arq] = stack.create_arqs('gpu')
+    instance = str(uuid.uuid4())
+    assert stack.bind([arq], instance,
+                      [stack.rp('0000:1b:00.0')]).status_int == 202
+    time.sleep(0.3)
+    assert stack.arqs(instance)[0]['state'] == 'BindStarted'
+    stack.start_conductor()
+    assert stack.binder.recover() == 1
+    assert stack.wait_resolved(instance)[0]['state'] == 'Bound'
+    assert stack.wait_events(1)[0]['tag'] == arq['uuid']
+
+
+def test_events_wait_for_nova_to_come_back(sqlite_database):
+    """Nova's endpoint refuses connections at first; the event is kept
+    pending and delivered once Nova listens."""
+    from tests import processes
+    port = processes.free_port()
+    CONF.set_override('auth_type', 'none', group='nova')
+    CONF.set_override('endpoint_override', 'http://127.0.0.1:%d' % port,
+                      group='nova')
+    notifier = nova.NovaNotifier(give_up_after=0.3, max_delay=0.1)
+    events = [{'name': 'accelerator-request-bound',
+               'server_uuid': str(uuid.uuid4()), 'tag': str(uuid.uuid4()),
+               'status': 'completed'}]
+    assert notifier.send(events) is False          # down: not delivered
+    app = RecordingNova()
+    server = wsgi_server.ThreadedServer('nova', app, port=port)
+    server.start()
+    try:
+        assert notifier.send(events) is True
+        assert app.events == events
+    finally:
+        server.stop()
+
+
+def test_all_422_answer_is_delivered(sqlite_database):
+    app = RecordingNova(status=207)
+    server = wsgi_server.ThreadedServer('nova', app)
+    server.start()
+    CONF.set_override('auth_type', 'none', group='nova')
+    CONF.set_override('endpoint_override', server.url, group='nova')
+    try:
+        assert nova.NovaNotifier().send([{
+            'name': 'accelerator-request-bound',
+            'server_uuid': str(uuid.uuid4()), 'tag': 't',
+            'status': 'completed'}]) is True
+    finally:
+        server.stop()
