@@ -8,6 +8,7 @@ the same --state-dir keeps the data.
 import argparse
 import signal
 import sys
+import threading
 
 from cyborg.cmd import common
 from cyborg.conf import CONF
@@ -24,7 +25,13 @@ def _parser():
         epilog='Once both servers listen it prints one line to stdout, '
                '"cyborg-aio ready: api=http://127.0.0.1:PORT/v2 '
                'placement=http://127.0.0.1:PLACEMENT_PORT" (logs go to '
-               'stderr). Ctrl-C or SIGTERM stops it (exit status 0); '
+               'stderr). Then, unless --no-demo, the demo: it creates the '
+               'device profiles demo-gpu, demo-fpga and demo-gpu-fpga if '
+               'absent, boots one instance with each the way Nova does '
+               '(Placement candidates and claim, ARQs, bind, events) and '
+               'prints their libvirt <hostdev> XML and ARQs; the '
+               'instances stay, and the next start replaces them. '
+               'Ctrl-C or SIGTERM stops it (exit status 0); '
                'starting again with the same --state-dir keeps the data.')
     parser.add_argument(
         '--state-dir', default=embedded.default_state_dir(),
@@ -38,6 +45,18 @@ def _parser():
     parser.add_argument('--placement-port', type=int, default=8778,
                         help='Placement port on 127.0.0.1; 0 picks a free '
                              'one (default: %(default)s).')
+    parser.add_argument('--nova-port', type=int, default=8774,
+                        help='Port on 127.0.0.1 of the Nova external events '
+                             'API (POST /os-server-external-events, from '
+                             'nova_cyborg_client) that [nova] points at; 0 '
+                             'picks a free one (default: %(default)s).')
+    parser.add_argument('--nova-endpoint', metavar='URL',
+                        help='Send the events to this Nova instead (e.g. '
+                             'python -m nova_cyborg_client.flow, which '
+                             'listens on http://127.0.0.1:8774); no events '
+                             'API is served here and there is no demo.')
+    parser.add_argument('--no-demo', action='store_true',
+                        help='Do not run the demo (see below).')
     parser.add_argument('--host-spec', metavar='FILE',
                         help='Fake host description (GPUs) for the fake '
                              'driver.')
@@ -56,6 +75,15 @@ def ready_line(stack):
                                                       stack.placement_url)
 
 
+def _start_demo(stack):
+    """The demo runs beside wait(), so a signal still stops us at once."""
+    from nova_cyborg_client import demo
+
+    threading.Thread(target=demo.run, name='demo', daemon=True, args=(
+        stack.nova_receiver, stack.api_url, stack.placement_url, sys.stdout,
+    )).start()
+
+
 def main(argv=None):
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     oslo_args = ['--debug'] if args.debug else []
@@ -66,7 +94,9 @@ def main(argv=None):
 
     stack = embedded.EmbeddedStack(args.state_dir, port=args.port,
                                    placement_port=args.placement_port,
-                                   host_spec=args.host_spec, conf=CONF)
+                                   host_spec=args.host_spec, conf=CONF,
+                                   nova_port=args.nova_port,
+                                   nova_endpoint=args.nova_endpoint)
 
     def _on_signal(signum, frame):
         stack.request_stop()
@@ -81,6 +111,8 @@ def main(argv=None):
         return 1
     try:
         print(ready_line(stack), flush=True)
+        if not args.no_demo and stack.nova_receiver is not None:
+            _start_demo(stack)
         clean = stack.wait()
     finally:
         stack.stop()

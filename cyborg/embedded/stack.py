@@ -4,6 +4,8 @@ State lives under one directory: cyborg.sqlite (our database) and
 placement.sqlite (Placement's). The API runs with auth_strategy=noauth,
 Placement with noauth2; both are served on loopback by threaded WSGI
 servers. Later parts (conductor, agent, fake driver) hook into start()/stop().
+Nova's side is nova_cyborg_client: its external events API is served here
+too (unless nova_endpoint names another Nova), and [nova] points at it.
 """
 
 import os
@@ -77,10 +79,6 @@ class EmbeddedStack:
                                      self.nova_port).url
         self.conf.set_override('auth_type', 'none', group='nova')
         self.conf.set_override('endpoint_override', url, group='nova')
-
-    @property
-    def nova_url(self):
-        return self.nova_endpoint or self._server('nova-events').url
 
     def _point_at_placement(self, url):
         self.conf.set_override('auth_type', 'none', group='placement')

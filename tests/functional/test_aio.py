@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import requests
@@ -15,6 +16,7 @@ import requests
 READY = re.compile(r'^cyborg-aio ready: api=(\S+/v2) placement=(\S+)$')
 START_TIMEOUT = 120  # seconds; a loaded CI machine is slow to import
 STOP_TIMEOUT = 30
+DEMO_TIMEOUT = 120
 HOST_SPEC = os.path.join(os.path.dirname(__file__), '..', '..', 'etc',
                          'cyborg', 'fake-hosts', 'gpu-host.yaml')
 NODE = 'aio-test-node'
@@ -24,14 +26,15 @@ class Aio:
     """One cyborg-aio process; stdout is only the ready line, logs go to
     stderr (kept in a file for failure messages)."""
 
-    def __init__(self, state_dir, log_path, config_file):
+    def __init__(self, state_dir, log_path, config_file, demo=False):
         self.log_path = log_path
         self._log = open(log_path, 'ab')
         self.proc = subprocess.Popen(
             [sys.executable, '-m', 'cyborg.cmd.aio',
              '--state-dir', str(state_dir), '--port', '0',
-             '--placement-port', '0', '--config-file', str(config_file),
-             '--host-spec', HOST_SPEC],
+             '--placement-port', '0', '--nova-port', '0',
+             '--config-file', str(config_file),
+             '--host-spec', HOST_SPEC] + ([] if demo else ['--no-demo']),
             stdout=subprocess.PIPE, stderr=self._log, text=True)
         self.lines = queue.Queue()
         self.stdout = []
@@ -63,6 +66,24 @@ class Aio:
         assert match, 'unexpected first stdout line %r' % line
         return match.groups()
 
+    def read_until(self, pattern, timeout=DEMO_TIMEOUT):
+        """stdout lines after the ready line, up to one matching
+        `pattern`."""
+        lines = []
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(
+                    timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                line = None
+            if line is None:
+                pytest.fail('no line matching %r; got:\n%s\n%s'
+                            % (pattern, ''.join(lines), self.logs()))
+            lines.append(line)
+            if re.search(pattern, line):
+                return ''.join(lines)
+
     def stop(self, sig=signal.SIGTERM):
         self.proc.send_signal(sig)
         try:
@@ -87,8 +108,9 @@ def aio(tmp_path):
     config_file.write_text('[DEFAULT]\nhost = %s\n' % NODE)
     started = []
 
-    def start():
-        started.append(Aio(state_dir, tmp_path / 'aio.log', config_file))
+    def start(demo=False):
+        started.append(Aio(state_dir, tmp_path / 'aio.log', config_file,
+                           demo=demo))
         return started[-1]
 
     start.state_dir = state_dir
@@ -167,5 +189,51 @@ def test_aio_help_documents_the_defaults():
     text = ''.join(result.stdout.split())  # however argparse wrapped it
     for expected in ('--state-dir', '~/.local/share/cyborg-aio', '--port',
                      '6666', '--placement-port', '8778', '--host-spec',
-                     '--config-file', 'cyborg-aioready:api='):
+                     '--config-file', 'cyborg-aioready:api=', '--nova-port',
+                     '8774', '--nova-endpoint', '--no-demo', 'demo-gpu'):
         assert expected in text
+
+
+def _demo_arqs(api):
+    resp = requests.get(api + '/accelerator_requests', timeout=10)
+    assert resp.status_code == 200, resp.text
+    return resp.json()['arqs']
+
+
+def test_aio_demo_boots_instances_and_reruns(aio):
+    """The demo: profiles created once, three instances booted the way Nova
+    boots them, their <hostdev>s and ARQs printed; a restart on the same
+    state replaces the instances instead of failing or piling up."""
+    from nova_cyborg_client import demo
+
+    first = aio(demo=True)
+    out = first.read_until(r'^demo: \d+ of \d+ instance\(s\) booted')
+    assert 'demo: 3 of 3 instance(s) booted' in out, out + first.logs()
+    assert 'created demo-gpu, demo-fpga, demo-gpu-fpga' in out
+    # demo-gpu: 1 GPU; demo-fpga: 2 FPGA functions; demo-gpu-fpga: 1 + 1.
+    assert out.count('<hostdev mode="subsystem" type="pci" managed="yes">') \
+        == 5, out
+    assert 'bus="0x1b"' in out and 'bus="0x43"' in out
+    assert out.count('  Bound  ') == 5, out
+    arqs = _demo_arqs(first.api)
+    expected = {demo.instance_uuid(name) for name, _ in demo.INSTANCES}
+    assert {a['instance_uuid'] for a in arqs} == expected
+    assert {a['state'] for a in arqs} == {'Bound'}
+    assert first.stop() == 0, first.logs()
+
+    second = aio(demo=True)
+    out = second.read_until(r'^demo: \d+ of \d+ instance\(s\) booted')
+    assert 'demo: 3 of 3 instance(s) booted' in out, out + second.logs()
+    assert 'created' not in out
+    again = _demo_arqs(second.api)
+    assert len(again) == 5 and {a['state'] for a in again} == {'Bound'}
+    assert not {a['uuid'] for a in again} & {a['uuid'] for a in arqs}
+    for instance in expected:
+        resp = requests.get('%s/allocations/%s' % (second.placement,
+                                                   instance),
+                            headers={'X-Auth-Token': 'admin'}, timeout=10)
+        assert resp.json()['allocations'], instance
+    resp = requests.get(second.api + '/device_profiles', timeout=10)
+    assert sorted(p['name'] for p in resp.json()['device_profiles']) == [
+        'demo-fpga', 'demo-gpu', 'demo-gpu-fpga']
+    assert second.stop() == 0, second.logs()

@@ -1,0 +1,17 @@
+"""The Nova side of accelerators: what Nova's compute API, scheduler,
+conductor, compute manager and libvirt driver do with a flavor's
+`accel:device_profile`, with real Nova's wire behaviour (names, bodies,
+messages), so it can stand in for Nova against our service or Cyborg.
+
+Modules, in the order a boot uses them:
+  cyborg     – the accelerator client (device profiles, ARQs, bind, delete)
+  scheduler  – request groups → GET /allocation_candidates query
+  placement  – allocation candidates, claims, allocations
+  conductor  – create ARQs, match them to providers, bind in one PATCH
+  events     – POST /os-server-external-events and the event waiters
+  compute    – wait for the binding, clean up ARQs
+  libvirt    – attach handles → <hostdev> elements
+  flow       – all of the above as one boot/delete, and its CLI
+              (nova-cyborg-flow)
+  demo       – cyborg-aio's demo, built on flow
+"""

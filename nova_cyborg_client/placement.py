@@ -1,0 +1,78 @@
+"""The Placement calls Nova's scheduler makes for a boot and a delete, at
+microversion 1.36, with the caller's token."""
+
+from keystoneauth1 import loading as ks_loading
+from oslo_log import log
+
+from nova_cyborg_client import conf as nova_conf
+from nova_cyborg_client import scheduler
+
+LOG = log.getLogger(__name__)
+
+
+class PlacementError(Exception):
+    def __init__(self, what, response):
+        self.status = response.status_code
+        super().__init__('Placement %s answered %s: %s'
+                         % (what, response.status_code, response.text[:500]))
+
+
+class PlacementClient:
+
+    def __init__(self, context, conf=None):
+        conf = conf or nova_conf.CONF
+        auth = context.get_auth_plugin()
+        session = ks_loading.load_session_from_conf_options(
+            conf, nova_conf.PLACEMENT_GROUP, auth=auth)
+        self._client = ks_loading.load_adapter_from_conf_options(
+            conf, nova_conf.PLACEMENT_GROUP, session=session, auth=auth,
+            min_version=None, max_version=None, raise_exc=False,
+            default_microversion=scheduler.PLACEMENT_MICROVERSION)
+
+    def get_allocation_candidates(self, resource_request):
+        """(allocation_requests, provider_summaries) for the query."""
+        url = '/allocation_candidates?' + resource_request.to_querystring()
+        resp = self._client.get(url)
+        if resp.status_code != 200:
+            raise PlacementError('GET %s' % url, resp)
+        body = resp.json()
+        return body['allocation_requests'], body['provider_summaries']
+
+    def claim_resources(self, consumer_uuid, allocation_request, project_id,
+                        user_id):
+        """PUT the allocation request for a new consumer; False when
+        Placement refuses it (409: someone else got there first)."""
+        payload = dict(allocation_request, consumer_generation=None,
+                       project_id=project_id, user_id=user_id)
+        resp = self._client.put('/allocations/%s' % consumer_uuid,
+                                json=payload)
+        if resp.status_code == 204:
+            return True
+        if resp.status_code == 409:
+            LOG.warning('Unable to submit allocation for instance %s (%s)',
+                        consumer_uuid, resp.text[:500])
+            return False
+        raise PlacementError('PUT /allocations/%s' % consumer_uuid, resp)
+
+    def get_allocations_for_consumer(self, consumer_uuid):
+        """{rp_uuid: {"resources": {...}}} ({} when none)."""
+        resp = self._client.get('/allocations/%s' % consumer_uuid)
+        if resp.status_code != 200:
+            raise PlacementError('GET /allocations/%s' % consumer_uuid, resp)
+        return resp.json()['allocations']
+
+    def delete_allocation_for_instance(self, consumer_uuid):
+        """True if allocations were deleted, False if there were none."""
+        resp = self._client.delete('/allocations/%s' % consumer_uuid)
+        if resp.status_code == 204:
+            return True
+        if resp.status_code == 404:
+            return False
+        raise PlacementError('DELETE /allocations/%s' % consumer_uuid, resp)
+
+    def get_provider(self, rp_uuid):
+        resp = self._client.get('/resource_providers/%s' % rp_uuid)
+        if resp.status_code != 200:
+            raise PlacementError('GET /resource_providers/%s' % rp_uuid,
+                                 resp)
+        return resp.json()

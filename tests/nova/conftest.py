@@ -1,0 +1,193 @@
+"""Fixtures for the Nova side: a fresh option object, a real API server on
+SQLite, a scriptable stub accelerator API, and a whole stack (cyborg-aio in
+a subprocess, telling this process's events API about bindings)."""
+
+import json
+import os
+import queue
+import re
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from nova_cyborg_client import conf as nova_conf
+from nova_cyborg_client import events as nova_events
+from nova_cyborg_client import server as nova_server
+
+HOST_SPEC = os.path.join(os.path.dirname(__file__), '..', '..', 'etc',
+                         'cyborg', 'fake-hosts', 'gpu-host.yaml')
+READY = re.compile(r'^cyborg-aio ready: api=(\S+/v2) placement=(\S+)$')
+START_TIMEOUT = 120
+
+
+@pytest.fixture(autouse=True)
+def conf(monkeypatch):
+    """Every test gets default Nova-side options."""
+    fresh = nova_conf.new_conf()
+    monkeypatch.setattr(nova_conf, 'CONF', fresh)
+    return fresh
+
+
+def point_at(conf, api=None, placement=None):
+    if api:
+        conf.set_override('endpoint_override', api, group='cyborg')
+    if placement:
+        conf.set_override('endpoint_override', placement, group='placement')
+
+
+# -- a stub accelerator API, for what a real one cannot be made to do -------
+
+class StubCyborg:
+    """Answers from `routes` {(METHOD, path): (status, body) or
+    callable(request) -> (status, body)}; records every request."""
+
+    def __init__(self):
+        self.routes = {}
+        self.requests = []
+        self._server = nova_server.Server(self).start()
+        self.url = self._server.url + '/v2'
+
+    def __call__(self, environ, start_response):
+        length = int(environ.get('CONTENT_LENGTH') or 0)
+        raw = environ['wsgi.input'].read(length) if length else b''
+        request = {
+            'method': environ['REQUEST_METHOD'],
+            'path': environ['PATH_INFO'],
+            'query': environ.get('QUERY_STRING', ''),
+            'headers': {k[5:].replace('_', '-').title(): v
+                        for k, v in environ.items() if k.startswith('HTTP_')},
+            'raw': raw.decode(),
+            'json': json.loads(raw) if raw else None,
+        }
+        self.requests.append(request)
+        path = request['path']
+        if path.startswith('/v2'):
+            path = path[3:]
+        answer = self.routes.get((request['method'], path), (404, {}))
+        if callable(answer):
+            answer = answer(request)
+        status, body = answer
+        data = b'' if body is None else json.dumps(body).encode()
+        start_response('%d X' % status,
+                       [('Content-Type', 'application/json'),
+                        ('Content-Length', str(len(data)))])
+        return [data]
+
+    def stop(self):
+        self._server.stop()
+
+
+@pytest.fixture
+def stub(conf):
+    stub = StubCyborg()
+    point_at(conf, api=stub.url)
+    yield stub
+    stub.stop()
+
+
+# -- our real API on SQLite, served by cheroot -------------------------------
+
+@pytest.fixture
+def cyborg_api(sqlite_database, conf):
+    from cyborg.api import app as api_app
+    from cyborg.conf import CONF
+    from cyborg.embedded import wsgi_server
+
+    server = wsgi_server.ThreadedServer('cyborg-api',
+                                        api_app.setup_app(CONF))
+    server.start()
+    point_at(conf, api=server.url + '/v2')
+    yield server.url + '/v2'
+    server.stop()
+
+
+# -- the whole stack ----------------------------------------------------------
+
+class SwitchableReceiver:
+    """The events API the stack notifies; tests swap the Receiver behind
+    it (a fresh one per test)."""
+
+    def __init__(self):
+        self.receiver = nova_events.Receiver()
+        self.server = nova_server.Server(self).start()
+
+    def __call__(self, environ, start_response):
+        return self.receiver.app(environ, start_response)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+class Stack:
+    """cyborg-aio --no-demo with [nova] pointing at this process (or at
+    nova_endpoint)."""
+
+    def __init__(self, tmp_path, node, nova_endpoint=None):
+        self.node = node
+        self.nova = None
+        if nova_endpoint is None:
+            self.nova = SwitchableReceiver()
+            nova_endpoint = self.nova.server.url
+        config = tmp_path / 'cyborg.conf'
+        config.write_text('[DEFAULT]\nhost = %s\n' % node)
+        self.log_path = tmp_path / 'aio.log'
+        self._log = open(self.log_path, 'ab')
+        self.proc = subprocess.Popen(
+            [sys.executable, '-m', 'cyborg.cmd.aio', '--state-dir',
+             str(tmp_path / 'state'), '--port', '0', '--placement-port', '0',
+             '--no-demo', '--nova-endpoint', nova_endpoint,
+             '--config-file', str(config), '--host-spec', HOST_SPEC],
+            stdout=subprocess.PIPE, stderr=self._log, text=True)
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line)
+                                         for line in self.proc.stdout],
+                         daemon=True).start()
+        try:
+            line = lines.get(timeout=START_TIMEOUT)
+        except queue.Empty:
+            self.stop()
+            raise AssertionError('no ready line:\n' + self.logs())
+        match = READY.match(line.strip())
+        if not match:
+            self.stop()
+            raise AssertionError('unexpected line %r:\n%s'
+                                 % (line, self.logs()))
+        self.api, self.placement = match.groups()
+
+    def logs(self):
+        with open(self.log_path, errors='replace') as f:
+            return f.read()[-6000:]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        if self.nova is not None:
+            self.nova.server.stop()
+
+
+@pytest.fixture(scope='module')
+def aio_stack(tmp_path_factory):
+    stack = Stack(tmp_path_factory.mktemp('stack'), 'nova-flow-node')
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture
+def stack(aio_stack, conf):
+    """The module's stack, a fresh Receiver, Nova-side options pointing at
+    it."""
+    aio_stack.nova.receiver = nova_events.Receiver()
+    point_at(conf, api=aio_stack.api, placement=aio_stack.placement)
+    return aio_stack
