@@ -369,3 +369,26 @@ def test_all_422_answer_is_delivered(sqlite_database):
             'status': 'completed'}]) is True
     finally:
         server.stop()
+
+
+def test_conductor_dies_after_claiming_a_handle(stack):
+    """A conductor that claimed a handle and died before Bound: the next
+    one re-drives the ARQ with the handle it already holds (no second
+    handle taken, none leaked)."""
+    from cyborg.db import bindings
+    stack.profile('fpga', [{'resources:FPGA': '1'}])
+    stack.stop_conductor()
+    [arq] = stack.create_arqs('fpga')
+    instance = str(uuid.uuid4())
+    stack.bind([arq], instance, [stack.rp('0000:0c:00.0')])
+    claimed = bindings.claim_handle(arq['uuid'])['handle']   # then "dies"
+    assert stack.arqs(instance)[0]['state'] == 'BindStarted'
+    stack.start_conductor()
+    stack.binder.recover()
+    [bound] = stack.wait_resolved(instance)
+    assert bound['state'] == 'Bound'
+    assert bound['attach_handle_uuid'] == claimed['uuid']
+    with db_api.reader() as session:
+        in_use = session.execute(sa.select(sa.func.count()).where(
+            models.AttachHandle.__table__.c.in_use == sa.true())).scalar()
+    assert in_use == 1

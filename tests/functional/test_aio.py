@@ -1,6 +1,7 @@
 """cyborg-aio as a user runs it: one process, API + real Placement, ready
 line, clean stop on SIGTERM/SIGINT, state kept across restarts."""
 
+import json
 import os
 import queue
 import re
@@ -237,3 +238,46 @@ def test_aio_demo_boots_instances_and_reruns(aio):
     assert sorted(p['name'] for p in resp.json()['device_profiles']) == [
         'demo-fpga', 'demo-gpu', 'demo-gpu-fpga']
     assert second.stop() == 0, second.logs()
+
+
+def _openstack(*args):
+    """The real OpenStack CLI (python-openstackclient with the
+    python-cyborgclient and osc-placement plugins) of this virtualenv."""
+    exe = os.path.join(os.path.dirname(sys.executable), 'openstack')
+    result = subprocess.run([exe] + list(args) + ['-f', 'json'],
+                            capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, OS_CLOUD=''))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def test_aio_reports_the_fake_host_to_placement(aio):
+    """Right after `ready`, the agent's report is in the API and in
+    Placement, and the real clients see it."""
+    started = aio()
+    devices = requests.get(started.api + '/devices', timeout=10).json()
+    assert sorted(d['type'] for d in devices['devices']) == \
+        ['FPGA', 'GPU', 'GPU']
+    deployables = requests.get(started.api + '/deployables',
+                               timeout=10).json()['deployables']
+    node = _compute_node(started.placement)
+    providers = requests.get(
+        started.placement + '/resource_providers',
+        params={'in_tree': node['uuid'], 'required': 'OWNER_CYBORG'},
+        headers={'X-Auth-Token': 'admin',
+                 'OpenStack-API-Version': 'placement 1.18'},
+        timeout=10).json()['resource_providers']
+    assert {p['uuid'] for p in providers} == \
+        {d['rp_uuid'] for d in deployables}
+    assert {p['name'] for p in providers} == {
+        '%s_%s' % (NODE, a)
+        for a in ('0000:1b:00.0', '0000:43:00.0', '0000:0c:00.0')}
+
+    listed = _openstack('--os-auth-type', 'admin_token', '--os-token',
+                        'admin', '--os-endpoint', started.placement,
+                        'resource', 'provider', 'list')
+    assert {p['uuid'] for p in providers} < {p['uuid'] for p in listed}
+    listed = _openstack('--os-auth-type', 'none', '--os-endpoint',
+                        started.api, 'accelerator', 'device', 'list')
+    assert sorted(d['type'] for d in listed) == ['FPGA', 'GPU', 'GPU']
+    assert started.stop(signal.SIGTERM) == 0, started.logs()
