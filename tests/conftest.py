@@ -21,30 +21,17 @@ def _fresh_config():
     policy.reset()
 
 
-_DATABASES = {}
-
-
 def _database(backend):
-    if backend not in _DATABASES:
-        try:
-            db = dbs.TestDatabase(backend)
-            db.migrate()
-        except dbs.Unavailable as e:
-            _DATABASES[backend] = e
-        else:
-            _DATABASES[backend] = db
-    found = _DATABASES[backend]
-    if isinstance(found, Exception):
+    try:
+        return dbs.shared(backend)
+    except dbs.Unavailable as e:
         if dbs.required():
-            pytest.fail(str(found))
-        pytest.skip(str(found))
-    return found
+            pytest.fail(str(e))
+        pytest.skip(str(e))
 
 
 def pytest_sessionfinish(session, exitstatus):
-    for db in _DATABASES.values():
-        if isinstance(db, dbs.TestDatabase):
-            db.drop()
+    dbs.drop_shared()
 
 
 @pytest.fixture(params=dbs.BACKENDS)

@@ -92,3 +92,30 @@ class TestDatabase:
                     {'n': self.name})
             conn.execute(sa.text('DROP DATABASE IF EXISTS %s' % self.name))
         self._admin.dispose()
+
+
+_SHARED = {}
+
+
+def shared(backend):
+    """The migrated database of `backend` for this test run, created on
+    first use; raises Unavailable (every time) if the backend is down."""
+    if backend not in _SHARED:
+        try:
+            db = TestDatabase(backend)
+            db.migrate()
+        except Unavailable as e:
+            _SHARED[backend] = e
+        else:
+            _SHARED[backend] = db
+    found = _SHARED[backend]
+    if isinstance(found, Exception):
+        raise found
+    return found
+
+
+def drop_shared():
+    while _SHARED:
+        _, db = _SHARED.popitem()
+        if isinstance(db, TestDatabase):
+            db.drop()

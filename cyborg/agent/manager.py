@@ -1,12 +1,11 @@
 """The agent's periodic report pass and its RPC endpoint."""
 
-import threading
-
 from oslo_log import log
 import oslo_messaging as messaging
 from stevedore import driver as stevedore_driver
 
 from cyborg.agent import providers
+from cyborg.common import loop
 from cyborg.conf import CONF
 from cyborg import context as cyborg_context
 from cyborg.placement import client as placement
@@ -58,16 +57,16 @@ class AgentManager:
             CONF.agent.enabled_drivers)
         self.sync = providers.ProviderSync(placement_client, self.nodename)
         self.context = cyborg_context.get_admin_context()
-        self._wakeup = threading.Event()
-        self._stop = threading.Event()
-        self._thread = None
+        self._loop = loop.Loop('agent-report', self._periodic_pass,
+                               lambda: CONF.agent.report_interval,
+                               setup=self._wait_for_compute_node)
         self._passes = 0
         self.last_writes = None
 
     # RPC endpoint ----------------------------------------------------------
 
     def resync(self, context):
-        self._wakeup.set()
+        self._loop.wake()
 
     def prepare(self, context, deployable_name, driver_name, handle):
         return self._driver(driver_name).prepare(deployable_name, handle)
@@ -112,32 +111,24 @@ class AgentManager:
         return self.last_writes
 
     def start(self):
-        self._thread = threading.Thread(target=self._run, name='agent-report',
-                                        daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self, timeout=10):
-        self._stop.set()
-        self._wakeup.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._loop.stop(timeout)
 
-    def _run(self):
+    def _wait_for_compute_node(self, stopped):
         try:
             self.sync.wait_for_compute_node(
-                CONF.agent.placement_retry_max_delay, stop=self._stop,
-                sleep=self._stop.wait)
+                CONF.agent.placement_retry_max_delay, stop=stopped,
+                sleep=stopped.wait)
         except providers.ComputeNodeNotFound:
-            return
-        while not self._stop.is_set():
-            full = self._passes % CONF.agent.full_resync_interval == 0
-            try:
-                self.report_once(full=full)
-            except (placement.PlacementError, messaging.MessagingException,
-                    providers.ComputeNodeNotFound) as e:
-                LOG.warning('Report pass failed, will retry: %s', e)
-                self.sync.root_uuid = None
-            except Exception:
-                LOG.exception('Report pass failed, will retry')
-            self._wakeup.wait(CONF.agent.report_interval)
-            self._wakeup.clear()
+            return False
+
+    def _periodic_pass(self):
+        full = self._passes % CONF.agent.full_resync_interval == 0
+        try:
+            self.report_once(full=full)
+        except (placement.PlacementError, messaging.MessagingException,
+                providers.ComputeNodeNotFound) as e:
+            LOG.warning('Report pass failed, will retry: %s', e)
+            self.sync.root_uuid = None

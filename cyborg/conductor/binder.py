@@ -6,10 +6,9 @@ same transaction, and a notifier thread delivers every pending event to
 Nova, so an event survives Nova being down and the conductor restarting.
 """
 
-import threading
-
 from oslo_log import log
 
+from cyborg.common import loop
 from cyborg.common import nova
 from cyborg import context as cyborg_context
 from cyborg.db import bindings
@@ -22,10 +21,8 @@ class Binder:
     def __init__(self, agent_api, notifier=None, sweep_interval=30.0):
         self.agent_api = agent_api
         self.notifier = notifier or nova.NovaNotifier()
-        self.sweep_interval = sweep_interval
-        self._wakeup = threading.Event()
-        self._stop = threading.Event()
-        self._thread = None
+        self._loop = loop.Loop('nova-notifier', self.notify_pending,
+                               sweep_interval)
 
     # Binding ---------------------------------------------------------------
 
@@ -34,7 +31,7 @@ class Binder:
         for uuid in arq_uuids:
             released += self._bind_one(context, uuid)
         self._release(context, released)
-        self._wakeup.set()
+        self._loop.wake()
 
     def _bind_one(self, context, uuid):
         try:
@@ -87,30 +84,16 @@ class Binder:
             LOG.info('Re-driving %d ARQ(s) of instance %s left in '
                      'BindStarted', len(uuids), instance)
             self.bind(context, uuids)
-        self._wakeup.set()
+        self._loop.wake()
         return sum(len(u) for u in stuck.values())
 
     # Notifying Nova --------------------------------------------------------
 
     def start(self):
-        self._thread = threading.Thread(target=self._notify_loop,
-                                        name='nova-notifier', daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self, timeout=10):
-        self._stop.set()
-        self._wakeup.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _notify_loop(self):
-        while not self._stop.is_set():
-            self._wakeup.wait(self.sweep_interval)
-            self._wakeup.clear()
-            try:
-                self.notify_pending()
-            except Exception:
-                LOG.exception('Sending events to Nova failed; will retry')
+        self._loop.stop(timeout)
 
     def notify_pending(self):
         """Send every undelivered event; returns how many were delivered."""

@@ -19,7 +19,6 @@ from cyborg.conf import CONF
 from tests import dbs
 from tests.functional import seed
 
-_DATABASES = {}
 # Options the app is built with, (group, name): value; the active fixture
 # sets them (the shared conftest resets CONF after every test).
 _NOAUTH = {('api', 'auth_strategy'): 'noauth'}
@@ -27,28 +26,13 @@ _OPTIONS = dict(_NOAUTH)
 
 
 def _database(backend):
-    """The migrated database of `backend`, created on first use."""
-    if backend not in _DATABASES:
-        try:
-            db = dbs.TestDatabase(backend)
-            db.migrate()
-        except dbs.Unavailable as e:
-            _DATABASES[backend] = e
-        else:
-            _DATABASES[backend] = db
-    found = _DATABASES[backend]
-    if isinstance(found, Exception):
+    """The migrated database of `backend`, shared with the other tests."""
+    try:
+        return dbs.shared(backend)
+    except dbs.Unavailable as e:
         if dbs.required():
-            raise RuntimeError(str(found))
-        raise unittest.SkipTest(str(found))
-    return found
-
-
-def drop_databases():
-    while _DATABASES:
-        _, db = _DATABASES.popitem()
-        if isinstance(db, dbs.TestDatabase):
-            db.drop()
+            raise RuntimeError(str(e))
+        raise unittest.SkipTest(str(e))
 
 
 class ServerError(AssertionError):
