@@ -1,1 +1,2 @@
-"""GPU-native accelerator management for OpenStack, wire-compatible with Cyborg v2."""
+"""GPU-native accelerator management for OpenStack, wire-compatible with
+Cyborg v2."""

@@ -13,7 +13,8 @@ _LOCK = threading.Lock()
 
 
 def get_enforcer():
-    """The process-wide enforcer (also the oslo.policy.enforcer entry point)."""
+    """The process-wide enforcer (also the oslo.policy.enforcer entry
+    point)."""
     global _ENFORCER
     with _LOCK:
         if _ENFORCER is None:

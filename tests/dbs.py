@@ -23,7 +23,8 @@ _SERVER_URLS = {
     'mysql': os.environ.get('CYBORG_TEST_MYSQL_URL',
                             'mysql+pymysql://root@127.0.0.1:3306'),
     'postgresql': os.environ.get('CYBORG_TEST_POSTGRESQL_URL',
-                                 'postgresql+psycopg2://postgres@127.0.0.1:5432'),
+                                 'postgresql+psycopg2://postgres@'
+                                 '127.0.0.1:5432'),
 }
 
 

@@ -89,7 +89,8 @@ class ProviderSync:
         self.root_uuid = rp['uuid']
         return self.root_uuid
 
-    def wait_for_compute_node(self, max_delay=60.0, stop=None, sleep=time.sleep):
+    def wait_for_compute_node(self, max_delay=60.0, stop=None,
+                              sleep=time.sleep):
         """Look the compute node up, backing off while it is absent."""
         delay = 1.0
         while True:

@@ -16,8 +16,8 @@ class AgentAPI:
     def resync(self, context, host):
         """Ask the agent on `host` for a report pass now (e.g. a device was
         put into or taken out of maintenance)."""
-        self.client.prepare(server=host, version='1.0').cast(context,
-                                                              'resync')
+        self.client.prepare(server=host, version='1.0').cast(
+            context, 'resync')
 
     def prepare(self, context, host, deployable_name, driver_name, handle):
         """Have the driver make `handle` usable; returns attach info

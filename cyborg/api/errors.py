@@ -64,7 +64,8 @@ def _plain_message(response):
             body = json.loads(text)
             if isinstance(body, dict) and 'error' in body:
                 err = body['error']
-                text = err.get('message', text) if isinstance(err, dict) else text
+                if isinstance(err, dict):
+                    text = err.get('message', text)
         except ValueError:
             pass
     if text.startswith(response.status):

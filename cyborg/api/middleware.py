@@ -40,8 +40,8 @@ class NoAuth:
         self.project_id = project_id
 
     def __call__(self, environ, start_response):
-        if not any(k in environ for k in ('HTTP_X_ROLES', 'HTTP_X_PROJECT_ID',
-                                           'HTTP_X_USER_ID')):
+        identity = ('HTTP_X_ROLES', 'HTTP_X_PROJECT_ID', 'HTTP_X_USER_ID')
+        if not any(k in environ for k in identity):
             environ['HTTP_X_ROLES'] = 'admin,service'
             environ['HTTP_X_PROJECT_ID'] = self.project_id
             environ['HTTP_X_USER_ID'] = 'noauth-admin'

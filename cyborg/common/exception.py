@@ -69,7 +69,8 @@ class ARQBadState(Conflict):
 
 class Locked(CyborgException):
     code = 423
-    msg_fmt = 'Accelerator requests of instance %(instance)s are not resolved yet.'
+    msg_fmt = ('Accelerator requests of instance %(instance)s are not '
+               'resolved yet.')
 
 
 class ServiceUnavailable(CyborgException):

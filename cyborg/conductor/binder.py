@@ -45,8 +45,8 @@ class Binder:
         try:
             info = self.agent_api.prepare(
                 context, claim['device']['hostname'],
-                claim['deployable']['name'], claim['deployable']['driver_name'],
-                handle)
+                claim['deployable']['name'],
+                claim['deployable']['driver_name'], handle)
             if info:
                 bindings.update_handle_info(handle['uuid'], info)
             bindings.finish(uuid)

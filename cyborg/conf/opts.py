@@ -11,7 +11,8 @@ from oslo_config import cfg
 from cyborg.conf import agent
 
 default_opts = [
-    cfg.StrOpt('host', default=socket.gethostname(), sample_default='<hostname>',
+    cfg.StrOpt('host', default=socket.gethostname(),
+               sample_default='<hostname>',
                help='Name of this host: the agent RPC server name and the '
                     'default hypervisor nodename used to find the compute '
                     'node resource provider.'),
@@ -27,10 +28,12 @@ api_opts = [
     cfg.IntOpt('api_workers', min=1, default=2,
                help='Number of API worker processes for cyborg-api.'),
     cfg.StrOpt('auth_strategy', default='keystone',
-               choices=[('keystone', 'Validate tokens with keystonemiddleware.'),
-                        ('noauth', 'No token validation; identity headers are '
-                                   'trusted, absent ones mean an admin with the '
-                                   'service role.')],
+               choices=[('keystone',
+                         'Validate tokens with keystonemiddleware.'),
+                        ('noauth',
+                         'No token validation; identity headers are '
+                         'trusted, absent ones mean an admin with the '
+                         'service role.')],
                help='How API requests are authenticated.'),
     cfg.StrOpt('noauth_project_id', default='cyborg-admin-project',
                help='With auth_strategy=noauth, the project a request acts '

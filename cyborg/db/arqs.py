@@ -44,7 +44,8 @@ def _decode(row):
     bound = row['state'] == 'Bound'
     info = row.pop('attach_handle_info')
     row['attach_handle_info'] = json.loads(info) if bound and info else {}
-    row['attach_handle_type'] = (row['attach_handle_type'] or '') if bound else ''
+    row['attach_handle_type'] = (row['attach_handle_type'] or ''
+                                 if bound else '')
     if not bound:
         row['attach_handle_uuid'] = None
     return row

@@ -118,8 +118,8 @@ def apply_report(hostname, devices):
         wanted = {}
         for device in devices:
             fields, deps, (cpid_type, cpid_info) = _wanted(device)
-            wanted[base.cpid_key(cpid_type, cpid_info)] = (fields, deps,
-                                                       cpid_type, cpid_info)
+            wanted[base.cpid_key(cpid_type, cpid_info)] = (
+                fields, deps, cpid_type, cpid_info)
         new_devices = [k for k in wanted if k not in current]
         _add_devices(session, writes, hostname,
                      [wanted[k] for k in new_devices])
@@ -266,5 +266,3 @@ def _remove_device(session, writes, current):
     device_id = current['device']['id']
     writes.run(session, CPID.delete().where(CPID.c.device_id == device_id))
     writes.run(session, DEVICE.delete().where(DEVICE.c.id == device_id))
-
-

@@ -52,8 +52,8 @@ def device_from_spec(entry):
                for a in _functions(address, count)]
     deployable = base.Deployable(
         name=address, num_accelerators=count,
-        resource_class=entry.get('resource_class',
-                                 _DEFAULT_RC.get(dev_type, 'CUSTOM_' + dev_type)),
+        resource_class=entry.get(
+            'resource_class', _DEFAULT_RC.get(dev_type, 'CUSTOM_' + dev_type)),
         traits=list(entry.get('traits', [])), attach_handles=handles,
         driver_name='fake')
     board = {'product_id': product, 'numa_node': entry.get('numa_node', 0)}
@@ -74,4 +74,3 @@ class FakeDriver(base.Driver):
 
     def discover(self):
         return [device_from_spec(e) for e in load_spec(self.path)]
-

@@ -46,7 +46,8 @@ class DeviceSpec:
             if isinstance(traits, str) else list(traits)
 
     def matches(self, function):
-        return ((self.vendor_id is None or self.vendor_id == function['vendor'])
+        return ((self.vendor_id is None
+                 or self.vendor_id == function['vendor'])
                 and (self.product_id is None
                      or self.product_id == function['product'])
                 and fnmatch.fnmatch(function['address'], self.address))

@@ -181,7 +181,8 @@ def test_generation_conflict_is_reread_and_retried(host):
     assert inv['FPGA']['reserved'] == 4
     assert host['client'].traits(fpga)[1] == {
         'OWNER_CYBORG', 'CUSTOM_OPERATOR', 'CUSTOM_ABCD_ABCD',
-        'CUSTOM_FPGA_ABCD', 'CUSTOM_FPGA_PRODUCT_ID_ABCD', 'CUSTOM_FAKE_DEVICE'}
+        'CUSTOM_FPGA_ABCD', 'CUSTOM_FPGA_PRODUCT_ID_ABCD',
+        'CUSTOM_FAKE_DEVICE'}
     puts = [c for c in calls if c[0] == 'PUT' and c[1].endswith(
         '%s/inventories' % fpga)]
     assert len(puts) == 2          # the conflicting write, then the retry

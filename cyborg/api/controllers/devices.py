@@ -80,5 +80,3 @@ class DevicesController:
     @pecan.expose()
     def _lookup(self, uuid, *remainder):
         return DeviceController(uuid), remainder
-
-
