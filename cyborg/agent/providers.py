@@ -77,6 +77,7 @@ class ProviderSync:
         self.nodename = nodename
         self.root_uuid = None
         self._written = None     # what Placement held after our last pass
+        self._seen = {}          # rp uuid → (generation, what we left there)
 
     def find_compute_node(self):
         rp = self.client.provider_by_name(self.nodename)
@@ -111,31 +112,44 @@ class ProviderSync:
             self.find_compute_node()
         self._written = None
         writes = 0
+        skipped = False
         existing = {rp['uuid']: rp for rp in self.client.tree(self.root_uuid)}
         ours = {rp['uuid'] for rp in self.client.tree(
             self.root_uuid, required=placement.OWNER_TRAIT)}
         for rp_uuid, want in sorted(wanted.items()):
-            writes += self._sync_one(rp_uuid, want, existing, ours)
+            done = self._sync_one(rp_uuid, want, existing, ours)
+            if done is None:
+                skipped = True
+            else:
+                writes += done
         for rp_uuid in sorted(ours - set(wanted)):
             writes += self._retire(rp_uuid)
-        self._written = wanted
+        # A skipped provider is looked at again on the next pass.
+        self._written = None if skipped else wanted
         return writes
 
     def _sync_one(self, rp_uuid, want, existing, ours):
+        """Writes made for one provider; None when it is not ours."""
         writes = 0
+        if (rp_uuid in ours and self._seen.get(rp_uuid)
+                == (existing[rp_uuid]['generation'], want)):
+            # Nobody changed it since we left it as wanted: no need to read
+            # its traits and inventories (full resyncs stay cheap).
+            return 0
         if rp_uuid not in existing:
             rp = self.client.create_provider(rp_uuid, want['name'],
                                              self.root_uuid)
             writes += 1
             generation = rp['generation']
             current_traits, current_inv = set(), {}
-        elif rp_uuid not in ours:
-            LOG.error('Provider %s (%s) lacks %s: another service owns it, '
-                      'leaving it alone', rp_uuid, want['name'],
-                      placement.OWNER_TRAIT)
-            return 0
         else:
             generation, current_traits = self.client.traits(rp_uuid)
+            if rp_uuid not in ours and not self._half_made(
+                    existing[rp_uuid], current_traits):
+                LOG.error('Provider %s (%s) lacks %s: another service owns '
+                          'it, leaving it alone', rp_uuid, want['name'],
+                          placement.OWNER_TRAIT)
+                return None
             generation, current_inv = self.client.inventories(rp_uuid)
         self.client.ensure_traits(want['traits'])
         for rc in want['inventories']:
@@ -148,11 +162,24 @@ class ProviderSync:
         inventories = {rc: dict(current_inv.get(rc, {}), **inv)
                        for rc, inv in want['inventories'].items()}
         if inventories != current_inv:
-            self._retry(rp_uuid, generation, lambda g: (
+            generation = self._retry(rp_uuid, generation, lambda g: (
                 self.client.put_inventories(rp_uuid, g, inventories)),
                 lambda: self.client.inventories(rp_uuid)[0])
             writes += 1
+        self._seen[rp_uuid] = (generation, want)
         return writes
+
+    def _half_made(self, rp, traits):
+        """One of ours whose creation stopped before its traits were set:
+        our uuid (from our own namespace), under our compute node, and no
+        service's OWNER_* trait. Adopt it rather than strand it."""
+        if rp['parent_provider_uuid'] != self.root_uuid:
+            return False
+        if any(t.startswith('OWNER_') for t in traits):
+            return False
+        LOG.warning('Provider %s was left half-created by an earlier pass; '
+                    'completing it', rp['uuid'])
+        return True
 
     @staticmethod
     def _retry(rp_uuid, generation, write, reread, attempts=5):

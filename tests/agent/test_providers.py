@@ -238,3 +238,50 @@ def test_waiting_stops_when_asked(placement_service):
     stop.set()
     with pytest.raises(providers.ComputeNodeNotFound):
         sync.wait_for_compute_node(stop=stop, sleep=lambda d: None)
+
+
+def test_half_created_provider_is_completed(host):
+    """A pass that dies after creating a provider but before tagging it
+    (Placement error, agent restart): the next pass adopts and finishes
+    it instead of leaving it stranded as someone else's."""
+    client = host['client']
+    original = client.put_traits
+    failures = []
+
+    def put_traits_fails_once(*args):
+        if not failures:
+            failures.append(args)
+            raise placement.PlacementError('PUT', 'traits', 500, 'boom')
+        return original(*args)
+
+    client.put_traits = put_traits_fails_once
+    sync = providers.ProviderSync(client, host['nodename'])
+    wanted = providers.wanted_providers(host['nodename'],
+                                        _devices(host['nodename']))
+    with pytest.raises(placement.PlacementError):
+        sync.sync(wanted, full=True)
+    half = failures[0][0]
+    assert client.traits(half)[1] == set()
+    sync.sync(wanted)
+    assert 'OWNER_CYBORG' in client.traits(half)[1]
+    assert client.inventories(half)[1] != {}
+    assert sync.sync(wanted) == 0
+
+
+def test_foreign_provider_is_looked_at_again_next_pass(host):
+    nodename = host['nodename']
+    foreign = providers.provider_uuid(nodename, '0000:1b:00.0')
+    host['raw'].post('/resource_providers', microversion='1.26', json={
+        'uuid': foreign, 'name': '%s_0000:1b:00.0' % nodename,
+        'parent_provider_uuid': host['root']})
+    host['raw'].put('/resource_providers/%s/traits' % foreign,
+                    microversion='1.26',
+                    json={'resource_provider_generation': 0,
+                          'traits': ['OWNER_NOVA']})
+    sync = providers.ProviderSync(host['client'], nodename)
+    wanted = providers.wanted_providers(nodename, _devices(nodename))
+    sync.sync(wanted)
+    host['adapter'].calls.clear()
+    sync.sync(wanted)
+    assert host['adapter'].calls != []      # not cached as done
+    assert host['client'].traits(foreign)[1] == {'OWNER_NOVA'}
