@@ -119,11 +119,25 @@ def body(schema=None):
     return data
 
 
+_VALIDATORS = {}
+_FORMATS = jsonschema.FormatChecker()
+
+
+def _validator(schema):
+    """Schemas are module constants: check and compile each once."""
+    validator = _VALIDATORS.get(id(schema))
+    if validator is None:
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        validator = _VALIDATORS[id(schema)] = cls(schema,
+                                                   format_checker=_FORMATS)
+    return validator
+
+
 def validate(data, schema):
-    try:
-        jsonschema.validate(data, schema,
-                            format_checker=jsonschema.FormatChecker())
-    except jsonschema.ValidationError as e:
+    # The most relevant error, as jsonschema.validate() would raise.
+    e = jsonschema.exceptions.best_match(_validator(schema).iter_errors(data))
+    if e is not None:
         where = '/'.join(str(p) for p in e.absolute_path)
         raise exception.Invalid(
             'Invalid input%s: %s' % (' for ' + where if where else '',
@@ -131,8 +145,14 @@ def validate(data, schema):
 
 
 def base_url():
-    return (CONF.api.public_endpoint or pecan.request.application_url
-            ).rstrip('/')
+    """Where links point; computed once per request."""
+    environ = pecan.request.environ
+    url = environ.get('cyborg.base_url')
+    if url is None:
+        url = environ['cyborg.base_url'] = (
+            CONF.api.public_endpoint or pecan.request.application_url
+        ).rstrip('/')
+    return url
 
 
 def links(resource, uuid, bookmark=False):

@@ -1,0 +1,1322 @@
+#!/usr/bin/env python3
+"""Agent scale benchmark: N agents × D devices, one conductor, one Placement.
+
+What it does, all on 127.0.0.1:
+
+1. creates a throw-away database for the conductor (SQLite file, or a fresh
+   database on the local MariaDB/MySQL or PostgreSQL server) and migrates it
+   with ``cyborg.db.migration.upgrade``;
+2. starts the real Placement service as its own process, so every
+   Placement call is a real HTTP request over loopback: by default the
+   Placement app on a throw-away MariaDB database (this script re-run with
+   ``--serve-placement``: ``cyborg.embedded.placement`` + cheroot, as
+   ``tests.placement_process`` does, with the database URL overridden); with
+   ``--placement-db sqlite``, ``python -m tests.placement_process`` itself
+   (Placement on SQLite, which answers 500 "database is locked" to
+   concurrent writers);
+3. creates N compute-node resource providers (``bench-node-0001`` …) the
+   way nova-compute does (``cyborg.embedded.compute_node.ensure``: provider,
+   VCPU/MEMORY_MB/DISK_GB inventory, COMPUTE_ACCELERATORS trait);
+4. starts ONE conductor: an oslo.messaging RPC server (threading executor)
+   with ``ConductorManager``, over ``fake://`` (in-process, default) or
+   ``rabbit://guest:guest@127.0.0.1:5672/`` (``--transport rabbit``; a
+   unique control exchange and topic per run, deleted at the end);
+5. simulates N agents in this process: each is an ``AgentManager`` with a
+   ``FakeDriver`` reading its own generated host spec (D GPUs with distinct
+   PCI addresses), its own host/nodename and its own ``PlacementClient``
+   (so its own trait/resource-class cache, as a real agent process has);
+   all share one ``ConductorAPI`` client and one keystoneauth session (a
+   connection pool sized to the concurrency);
+6. phase 1: every agent does its first report (``report_once(full=True)``,
+   as the agent's first pass does) from a bounded thread pool; agents whose
+   pass failed are run again (``--first-report-retries`` rounds, as the
+   agent retries at its next pass). Measures the time until all N have
+   reported, per-agent latency, DB write statements (as the conductor counts
+   them, and independently by counting the SQL statements this process
+   sends), Placement calls by endpoint (by wrapping the adapter's
+   ``request``) and CPU time (per thread, per process); then verifies N×D
+   deployables in the DB and N×D child providers in Placement, carrying
+   OWNER_CYBORG, with exact traits/inventories on a sample of agents;
+7. phase 2: ``--rounds`` steady-state rounds of ``report_once()`` for every
+   agent, which must cause zero DB writes and zero Placement calls, then one
+   ``report_once(full=True)`` round, which reads Placement but must write
+   nothing; provider generations and DB row counts are compared before and
+   after;
+8. prints a Markdown report (and ``--json FILE``), and removes everything it
+   made (processes, databases, exchanges/queues, temp dir).
+
+Examples::
+
+    .venv/bin/python benchmarks/agent_scale.py --quick
+    .venv/bin/python benchmarks/agent_scale.py            # 1000 × 8, MariaDB
+    .venv/bin/python benchmarks/agent_scale.py --placement-db sqlite
+    .venv/bin/python benchmarks/agent_scale.py --transport rabbit
+    .venv/bin/python benchmarks/agent_scale.py --db postgresql --agents 200
+
+Exit status: 0 when every check passed, 1 when one failed, 2 when the time
+limit cut the run short (no agent pass starts after ``--time-limit``; a
+watchdog cleans up and exits 180 s later at the latest).
+"""
+
+import argparse
+import collections
+import concurrent.futures
+import datetime
+import json
+import logging
+import math
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+
+# oslo.service (imported through cyborg/placement) warns about eventlet.
+warnings.filterwarnings('ignore', message=r'\s*Eventlet is deprecated')
+
+HOST = '127.0.0.1'
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_SERVER_URLS = {
+    'mysql': 'mysql+pymysql://root@127.0.0.1:3306/',
+    'postgresql': 'postgresql+psycopg2://postgres@127.0.0.1:5432/postgres',
+}
+RABBIT_URL = 'rabbit://guest:guest@127.0.0.1:5672/'
+PLACEMENT_MICROVERSION = '1.26'
+# GPU model reported by every simulated device (an H200, as in
+# etc/cyborg/fake-hosts/gpu-host.yaml).
+GPU = {'vendor_id': '10de', 'product_id': '2335', 'model': 'NVIDIA H200'}
+SAMPLE_AGENTS = 10
+
+LOG = logging.getLogger('agent_scale')
+
+
+def log(msg, *args):
+    print('[agent-scale %s] %s' % (time.strftime('%H:%M:%S'),
+                                   msg % args if args else msg),
+          file=sys.stderr, flush=True)
+
+
+class TimeLimit(Exception):
+    """The run's time limit cut a phase short."""
+
+
+class CheckFailed(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------
+# Clean-up: every resource registers how to undo itself as soon as it exists
+
+
+class Cleanup:
+    def __init__(self):
+        self._steps = []
+        self._lock = threading.Lock()
+
+    def add(self, name, fn, timeout=60.0):
+        with self._lock:
+            self._steps.append((name, fn, timeout))
+
+    def run(self):
+        """Undo in reverse order; each step bounded, failures logged."""
+        while True:
+            with self._lock:
+                if not self._steps:
+                    return
+                name, fn, timeout = self._steps.pop()
+            errors = []
+
+            def step():
+                try:
+                    fn()
+                except Exception as e:  # noqa: BLE001 - keep cleaning up
+                    errors.append(e)
+
+            t = threading.Thread(target=step, name='cleanup-' + name,
+                                 daemon=True)
+            t.start()
+            t.join(timeout)
+            if t.is_alive():
+                log('cleanup: %s did not finish within %.0fs', name, timeout)
+            elif errors:
+                log('cleanup: %s failed: %s', name, errors[0])
+
+
+# --------------------------------------------------------------------------
+# Databases
+
+
+class Database:
+    """A throw-away database: created in __init__, dropped by drop()."""
+
+    def __init__(self, kind, workdir, server_url=None, prefix='cyborg_bench'):
+        import sqlalchemy as sa
+        self.kind = kind
+        self.name = '%s_%s' % (prefix, uuid.uuid4().hex[:10])
+        self._admin = None
+        if kind == 'sqlite':
+            self.url = 'sqlite:///%s' % os.path.join(workdir,
+                                                     self.name + '.sqlite')
+            return
+        admin_url = sa.engine.make_url(server_url or DEFAULT_SERVER_URLS[kind])
+        self._admin = sa.create_engine(admin_url, isolation_level='AUTOCOMMIT')
+        with self._admin.connect() as conn:
+            if kind == 'mysql':
+                conn.execute(sa.text(
+                    'CREATE DATABASE %s CHARACTER SET utf8mb4' % self.name))
+            else:
+                conn.execute(sa.text('CREATE DATABASE %s' % self.name))
+        url = admin_url.set(database=self.name)
+        if kind == 'mysql':
+            url = url.update_query_dict({'charset': 'utf8mb4'})
+        self.url = url.render_as_string(hide_password=False)
+
+    def engine(self):
+        import sqlalchemy as sa
+        return sa.create_engine(self.url)
+
+    def server_version(self):
+        import sqlalchemy as sa
+        engine = self.engine()
+        try:
+            with engine.connect() as conn:
+                if self.kind == 'sqlite':
+                    return 'SQLite ' + conn.execute(
+                        sa.text('select sqlite_version()')).scalar()
+                version = conn.execute(sa.text('select version()')).scalar()
+                return version.split(' on ')[0] if self.kind == 'postgresql' \
+                    else 'MariaDB/MySQL ' + version
+        finally:
+            engine.dispose()
+
+    def migrate(self):
+        from cyborg.db import migration
+        engine = self.engine()
+        try:
+            migration.upgrade(engine=engine)
+        finally:
+            engine.dispose()
+
+    def drop(self):
+        import sqlalchemy as sa
+        if self._admin is None:
+            return  # the SQLite file goes with the temp dir
+        with self._admin.connect() as conn:
+            if self.kind == 'postgresql':
+                conn.execute(sa.text(
+                    'DROP DATABASE IF EXISTS %s WITH (FORCE)' % self.name))
+            else:
+                conn.execute(sa.text('DROP DATABASE IF EXISTS %s' % self.name))
+        self._admin.dispose()
+
+
+# --------------------------------------------------------------------------
+# Placement as its own process
+
+
+def serve_placement(state_dir, connection, port):
+    """Child-process mode (--serve-placement): Placement's WSGI app on
+    `connection` (any database URL), like tests.placement_process."""
+    sys.path.insert(0, REPO)
+    from cyborg.common import service
+    from cyborg.embedded import placement
+    from cyborg.embedded import wsgi_server
+
+    conf = placement.build_conf(state_dir)
+    conf.set_override('connection', connection, group='placement_database')
+    server = wsgi_server.ThreadedServer('placement', placement.load_app(conf),
+                                        port=port)
+
+    def start():
+        server.start()
+        print('placement ready %s' % server.url, flush=True)
+
+    return service.run_until_signalled('placement', start, server.stop)
+
+
+class PlacementProcess:
+    def __init__(self, workdir, connection=None, timeout=180.0):
+        self.state_dir = os.path.join(workdir, 'placement')
+        os.makedirs(self.state_dir)
+        self.log_path = os.path.join(workdir, 'placement.log')
+        if connection is None:
+            cmd = [sys.executable, '-m', 'tests.placement_process',
+                   '--state-dir', self.state_dir, '--port', '0']
+        else:
+            cmd = [sys.executable, os.path.abspath(__file__),
+                   '--serve-placement', '--state-dir', self.state_dir,
+                   '--placement-connection', connection]
+        self._log = open(self.log_path, 'wb')
+        env = dict(os.environ, PYTHONUNBUFFERED='1',
+                   PYTHONWARNINGS='ignore::DeprecationWarning')
+        env['PYTHONPATH'] = REPO + (os.pathsep + env['PYTHONPATH']
+                                    if env.get('PYTHONPATH') else '')
+        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=self._log,
+                                     stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.url = self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with open(self.log_path, errors='replace') as f:
+                for line in f:
+                    m = re.match(r'placement ready (\S+)', line)
+                    if m:
+                        return m.group(1)
+            if self.proc.poll() is not None:
+                raise RuntimeError('Placement exited with %s:\n%s'
+                                   % (self.proc.returncode, self.log_tail()))
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError('Placement not ready within %.0fs:\n%s'
+                           % (timeout, self.log_tail()))
+
+    def log_tail(self, lines=30):
+        with open(self.log_path, errors='replace') as f:
+            return ''.join(f.readlines()[-lines:])
+
+    def problems(self):
+        """Distinct log lines that point at trouble, with their counts."""
+        keys = ('Traceback', 'ERROR', 'CRITICAL', 'locked', 'Error')
+        found = collections.Counter()
+        with open(self.log_path, errors='replace') as f:
+            for line in f:
+                if any(k in line for k in keys):
+                    found[line.strip()[:300]] += 1
+        return ['%d× %s' % (n, line) for line, n in found.items()]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._log.close()
+
+
+# --------------------------------------------------------------------------
+# Measurement
+
+
+def percentile(values, p):
+    if not values:
+        return float('nan')
+    values = sorted(values)
+    rank = max(1, math.ceil(p / 100.0 * len(values)))
+    return values[rank - 1]
+
+
+_UUID = re.compile(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
+                   r'[0-9a-f]{12}')
+
+
+def endpoint(method, url):
+    """'PUT /resource_providers/{uuid}/traits' from a concrete URL."""
+    path = url.split('?')[0]
+    path = _UUID.sub('{uuid}', path)
+    path = re.sub(r'^(/traits|/resource_classes)/[^/]+$', r'\1/{name}', path)
+    if '?' in url:
+        params = sorted(p.split('=')[0] for p in url.split('?')[1].split('&'))
+        path += '?' + '&'.join(params)
+    return '%s %s' % (method, path)
+
+
+class Stats:
+    """Counters of one round: HTTP calls to Placement, SQL statements sent
+    by this process (only the conductor talks to the DB during a round),
+    conductor-side time."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.active = False
+        self.reset()
+
+    def reset(self):
+        with self._lock:
+            self.http = collections.Counter()          # 'GET /path' -> n
+            self.http_time = collections.Counter()     # 'GET /path' -> s
+            self.http_status = collections.Counter()   # status -> n
+            self.http_seconds = 0.0
+            self.sql = collections.Counter()           # verb -> n
+            self.conductor_seconds = []
+            self.conductor_cpu = []
+
+    def on_http(self, method, url, params, status, seconds):
+        if params:
+            url = url + '?' + '&'.join('%s=x' % k for k in sorted(params))
+        with self._lock:
+            key = endpoint(method, url)
+            self.http[key] += 1
+            self.http_time[key] += seconds
+            self.http_status[status] += 1
+            self.http_seconds += seconds
+
+    def on_sql(self, statement):
+        if not self.active:
+            return
+        verb = statement.lstrip().split(None, 1)[0].upper() if statement \
+            else '?'
+        if verb not in ('SELECT', 'INSERT', 'UPDATE', 'DELETE'):
+            verb = 'other'
+        with self._lock:
+            self.sql[verb] += 1
+
+    def on_conductor(self, seconds, cpu):
+        with self._lock:
+            self.conductor_seconds.append(seconds)
+            self.conductor_cpu.append(cpu)
+
+    def http_calls(self):
+        return sum(self.http.values())
+
+    def http_writes(self):
+        return sum(n for k, n in self.http.items() if not k.startswith('GET'))
+
+    def sql_writes(self):
+        return sum(self.sql[v] for v in ('INSERT', 'UPDATE', 'DELETE'))
+
+
+STATS = Stats()
+STOP = threading.Event()    # set on SIGTERM/SIGINT: start no more passes
+_TASK = threading.local()   # per-thread timings of the agent pass running
+
+
+def _add_time(key, seconds):
+    rec = getattr(_TASK, 'rec', None)
+    if rec is not None:
+        rec[key] = rec.get(key, 0.0) + seconds
+
+
+class CountingAdapter:
+    """Wraps a keystoneauth Adapter: counts and times every request."""
+
+    def __init__(self, adapter):
+        self._adapter = adapter
+
+    def request(self, url, method, **kwargs):
+        t0 = time.perf_counter()
+        status = 'exception'
+        try:
+            response = self._adapter.request(url, method, **kwargs)
+            status = response.status_code
+            return response
+        finally:
+            dt = time.perf_counter() - t0
+            STATS.on_http(method, url, kwargs.get('params'), status, dt)
+            _add_time('placement_http', dt)
+            rec = getattr(_TASK, 'rec', None)
+            if rec is not None:
+                rec['http_calls'] = rec.get('http_calls', 0) + 1
+
+    def __getattr__(self, name):
+        return getattr(self._adapter, name)
+
+
+class TimedConductorAPI:
+    """Per-agent view of the shared ConductorAPI, timing report_data."""
+
+    def __init__(self, api):
+        self._api = api
+
+    def report_data(self, context, hostname, devices):
+        t0 = time.perf_counter()
+        try:
+            result = self._api.report_data(context, hostname, devices)
+            rec = getattr(_TASK, 'rec', None)
+            if rec is not None:
+                # Counted here too: a pass that fails later (in Placement)
+                # has still written to the DB.
+                rec['db_writes'] = result['writes']
+            return result
+        finally:
+            _add_time('rpc', time.perf_counter() - t0)
+
+
+class TimedDriver:
+    def __init__(self, driver):
+        self._driver = driver
+        self.name = driver.name
+
+    def discover(self):
+        t0 = time.perf_counter()
+        try:
+            return self._driver.discover()
+        finally:
+            _add_time('discover', time.perf_counter() - t0)
+
+
+def timed_conductor_class():
+    from cyborg.conductor import manager as conductor_manager
+
+    class TimedConductor(conductor_manager.ConductorManager):
+        def report_data(self, context, hostname, devices):
+            t0 = time.perf_counter()
+            c0 = time.thread_time()
+            try:
+                return super().report_data(context, hostname, devices)
+            finally:
+                STATS.on_conductor(time.perf_counter() - t0,
+                                   time.thread_time() - c0)
+
+    return TimedConductor
+
+
+# --------------------------------------------------------------------------
+# The simulated fleet
+
+
+def node_name(i, n):
+    return 'bench-node-%0*d' % (max(4, len(str(n))), i + 1)
+
+
+def write_host_spec(path, devices):
+    """D GPUs, distinct PCI addresses (one bus each), alternating NUMA."""
+    lines = ['# Generated by benchmarks/agent_scale.py', 'devices:']
+    for i in range(devices):
+        address = '%04x:%02x:00.0' % (i // 200, 0x10 + i % 200)
+        lines += ['  - type: GPU',
+                  '    vendor_id: "%s"' % GPU['vendor_id'],
+                  '    product_id: "%s"' % GPU['product_id'],
+                  '    model: %s' % GPU['model'],
+                  '    pci_address: "%s"' % address,
+                  '    numa_node: %d' % (i % 2)]
+    with open(path, 'w') as f:
+        f.write('\n'.join(lines) + '\n')
+
+
+CPU_PIDS = {}   # label -> pid whose CPU time a round reports
+
+
+def _proc_cpu(pid):
+    """utime + stime of a process (and its reaped children), seconds."""
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            fields = f.read().rsplit(')', 1)[1].split()
+        ticks = sum(int(x) for x in fields[11:15])
+        return ticks / os.sysconf('SC_CLK_TCK')
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_sample():
+    t = os.times()
+    out = {'bench process (agents + conductor)': t.user + t.system,
+           'machine (all processes)': _machine_cpu()}
+    for label, pid in CPU_PIDS.items():
+        out[label] = _proc_cpu(pid)
+    return out
+
+
+def _machine_cpu():
+    with open('/proc/stat') as f:
+        fields = f.readline().split()[1:]
+    # user nice system idle iowait irq softirq steal: busy = all but idle,
+    # iowait
+    values = [int(x) for x in fields[:8]]
+    busy = sum(values) - values[3] - values[4]
+    return busy / os.sysconf('SC_CLK_TCK')
+
+
+def cpu_used(before):
+    after = cpu_sample()
+    return {k: after[k] - v for k, v in before.items()
+            if v is not None and after.get(k) is not None}
+
+
+def run_round(name, agents, fn, concurrency, deadline):
+    """fn(agent) on every agent from `concurrency` threads; returns the
+    round's record (timings, counters, errors)."""
+    STATS.reset()
+    STATS.active = True
+    records = []
+    errors = collections.Counter()
+    samples = []
+    lock = threading.Lock()
+
+    def task(agent):
+        if time.monotonic() > deadline or STOP.is_set():
+            return None
+        _TASK.rec = rec = {'agent': agent}
+        t0 = time.perf_counter()
+        c0 = time.thread_time()
+        try:
+            result = fn(agent)
+            rec['result'] = result
+        except Exception as e:  # noqa: BLE001 - counted and reported
+            with lock:
+                errors[type(e).__name__] += 1
+                if len(samples) < 5:
+                    samples.append('%s: %s: %s' % (agent.host,
+                                                   type(e).__name__, e))
+            rec['error'] = True
+        finally:
+            rec['latency'] = time.perf_counter() - t0
+            rec['cpu'] = time.thread_time() - c0
+            _TASK.rec = None
+        return rec
+
+    cpu_before = cpu_sample()
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(
+            concurrency, thread_name_prefix='agent') as pool:
+        futures = [pool.submit(task, a) for a in agents]
+        try:
+            for f in futures:
+                remaining = deadline - time.monotonic() + 120
+                try:
+                    rec = f.result(timeout=max(remaining, 1))
+                except concurrent.futures.TimeoutError:
+                    raise TimeLimit('%s: an agent pass hung past the time '
+                                    'limit' % name)
+                if rec is not None:
+                    records.append(rec)
+        except BaseException:
+            # Interrupted: start nothing more; passes under way finish.
+            STOP.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    wall = time.perf_counter() - started
+    STATS.active = False
+
+    done = [r for r in records if not r.get('error')]
+    failed = [r['agent'] for r in records if r.get('error')]
+    latencies = [r['latency'] for r in done]
+    db_writes = sum(r.get('db_writes', 0) for r in records)
+    pl_writes = sum(r['result'][1] for r in done)
+    n = len(done) or 1
+
+    def mean(key):
+        return sum(r.get(key, 0.0) for r in done) / n
+
+    cond = STATS.conductor_seconds
+    cond_cpu = STATS.conductor_cpu
+    out = {
+        'name': name, 'agents': len(agents), 'completed': len(done),
+        'skipped_by_time_limit': len(agents) - len(records),
+        'errors': sum(errors.values()), 'error_types': dict(errors),
+        'failed_hosts': [a.host for a in failed][:20],
+        'error_samples': samples,
+        'wall_s': round(wall, 2),
+        'agents_per_s': round(len(done) / wall, 1) if wall else None,
+        'p50_ms': round(percentile(latencies, 50) * 1000, 1),
+        'p99_ms': round(percentile(latencies, 99) * 1000, 1),
+        'max_ms': round(max(latencies) * 1000, 1) if latencies else None,
+        'db_writes_reported': db_writes,
+        'placement_writes_reported': pl_writes,
+        'sql': dict(STATS.sql), 'sql_writes': STATS.sql_writes(),
+        'placement_calls': STATS.http_calls(),
+        'placement_http_writes': STATS.http_writes(),
+        'placement_by_endpoint': dict(sorted(STATS.http.items())),
+        'placement_ms_by_endpoint': {
+            k: round(STATS.http_time[k] / n * 1000, 2)
+            for k, n in sorted(STATS.http.items())},
+        'cpu_s': {k: round(v, 1) for k, v in cpu_used(cpu_before).items()},
+        'placement_status': {str(k): v for k, v in
+                             sorted(STATS.http_status.items(), key=str)},
+        'mean_ms': {
+            'total': round(mean('latency') * 1000, 2),
+            'discover': round(mean('discover') * 1000, 2),
+            'rpc_report_data': round(mean('rpc') * 1000, 2),
+            'conductor': round(sum(cond) / len(cond) * 1000, 2)
+            if cond else 0.0,
+            'placement_http': round(mean('placement_http') * 1000, 2),
+        },
+        'cpu_ms_per_pass': {
+            'agent_thread': round(mean('cpu') * 1000, 2),
+            'conductor_thread': round(sum(cond_cpu) / len(cond_cpu) * 1000,
+                                      2) if cond_cpu else 0.0,
+        },
+    }
+    m = out['mean_ms']
+    m['other'] = round(m['total'] - m['discover'] - m['rpc_report_data']
+                       - m['placement_http'], 2)
+    log('%-26s %5d agents in %7.1fs (%6.1f/s) p50 %7.1f ms p99 %7.1f ms; '
+        'DB writes %d (SQL I/U/D %d, SELECT %d); Placement writes %d, '
+        'calls %d (%d non-GET); errors %d',
+        name, len(done), wall, out['agents_per_s'] or 0, out['p50_ms'],
+        out['p99_ms'], db_writes, out['sql_writes'],
+        out['sql'].get('SELECT', 0), pl_writes, out['placement_calls'],
+        out['placement_http_writes'], out['errors'])
+    if out['skipped_by_time_limit']:
+        exc = TimeLimit('%s: %d agent(s) not run before the time limit'
+                        % (name, out['skipped_by_time_limit']))
+        exc.round = out
+        raise exc
+    return out, failed
+
+
+# --------------------------------------------------------------------------
+# Verification
+
+
+def placement_get(adapter, url, **params):
+    r = adapter.get(url, params=params or None,
+                    microversion=PLACEMENT_MICROVERSION, raise_exc=False)
+    if r.status_code != 200:
+        raise CheckFailed('GET %s answered %s: %s'
+                          % (url, r.status_code, r.text[:300]))
+    return r.json()
+
+
+def placement_snapshot(adapter):
+    """{uuid: (name, parent, generation)} of every provider."""
+    rps = placement_get(adapter, '/resource_providers')['resource_providers']
+    return {rp['uuid']: (rp['name'], rp['parent_provider_uuid'],
+                         rp['generation']) for rp in rps}
+
+
+def db_counts(engine):
+    import sqlalchemy as sa
+    from cyborg.db import models
+    with engine.connect() as conn:
+        return {t.name: conn.execute(
+            sa.select(sa.func.count()).select_from(t)).scalar()
+            for t in models.Base.metadata.sorted_tables}
+
+
+def verify_first_report(agents, devices, engine, adapter, roots, rng):
+    """N×D deployables in the DB, N×D Cyborg providers under the compute
+    nodes in Placement, rp_uuids agreeing, exact content on a sample."""
+    import sqlalchemy as sa
+    from cyborg.agent import providers
+    from cyborg.db import models
+    from cyborg.placement import client as placement
+
+    n = len(agents)
+    checks = []
+
+    def check(what, ok, detail=''):
+        checks.append({'check': what, 'ok': bool(ok), 'detail': detail})
+        if not ok:
+            log('CHECK FAILED: %s %s', what, detail)
+
+    counts = db_counts(engine)
+    dep = models.Deployable.__table__
+    dev = models.Device.__table__
+    with engine.connect() as conn:
+        per_host = dict(conn.execute(
+            sa.select(dev.c.hostname, sa.func.count())
+            .select_from(dep.join(dev, dep.c.device_id == dev.c.id))
+            .group_by(dev.c.hostname)).all())
+        db_rps = set(conn.execute(sa.select(dep.c.rp_uuid)).scalars())
+    check('DB: devices = N×D', counts['devices'] == n * devices,
+          '%d devices' % counts['devices'])
+    check('DB: deployables = N×D', counts['deployables'] == n * devices,
+          '%d deployables' % counts['deployables'])
+    check('DB: attach handles = N×D', counts['attach_handles'] == n * devices,
+          '%d attach handles' % counts['attach_handles'])
+    check('DB: D deployables on each of the N hosts',
+          len(per_host) == n and set(per_host.values()) == {devices},
+          '%d hosts' % len(per_host))
+
+    snapshot = placement_snapshot(adapter)
+    root_uuids = set(roots.values())
+    children = {u for u, (_, parent, _) in snapshot.items()
+                if parent in root_uuids}
+    owned = {rp['uuid'] for rp in placement_get(
+        adapter, '/resource_providers',
+        required=placement.OWNER_TRAIT)['resource_providers']}
+    check('Placement: N×D child providers under the compute nodes',
+          len(children) == n * devices, '%d children' % len(children))
+    orphans = []
+    for rp_uuid in sorted(children - owned)[:5]:
+        inv = placement_get(adapter, '/resource_providers/%s/inventories'
+                            % rp_uuid)['inventories']
+        orphans.append('%s without it, inventory %s'
+                       % (snapshot[rp_uuid][0], inv or '{}'))
+    check('Placement: N×D providers carry %s' % placement.OWNER_TRAIT,
+          owned == children, '%d owned%s' % (
+              len(owned), ': ' + '; '.join(orphans) if orphans else ''))
+    check('DB deployable rp_uuids = Placement child providers',
+          db_rps == children)
+
+    sample = sorted(rng.sample(range(n), min(SAMPLE_AGENTS, n)))
+    bad = []
+    for i in sample:
+        agent = agents[i]
+        wanted = providers.wanted_providers(agent.nodename,
+                                            agent.drivers[0]._driver
+                                            .discover())
+        tree = placement_get(adapter, '/resource_providers',
+                             in_tree=roots[agent.nodename])[
+                                 'resource_providers']
+        got_children = {rp['uuid']: rp for rp in tree
+                        if rp['uuid'] != roots[agent.nodename]}
+        if set(got_children) != set(wanted):
+            bad.append('%s: providers differ' % agent.nodename)
+            continue
+        for rp_uuid, want in wanted.items():
+            if got_children[rp_uuid]['name'] != want['name']:
+                bad.append('%s: name of %s' % (agent.nodename, rp_uuid))
+            traits = set(placement_get(
+                adapter, '/resource_providers/%s/traits' % rp_uuid)['traits'])
+            if traits != set(want['traits']):
+                bad.append('%s: traits of %s: %s'
+                           % (agent.nodename, rp_uuid, sorted(traits)))
+            inv = placement_get(adapter, '/resource_providers/%s/inventories'
+                                % rp_uuid)['inventories']
+            for rc, record in want['inventories'].items():
+                if rc not in inv or any(inv[rc].get(k) != v
+                                        for k, v in record.items()):
+                    bad.append('%s: inventory of %s: %s'
+                               % (agent.nodename, rp_uuid, inv))
+            if set(inv) != set(want['inventories']):
+                bad.append('%s: extra inventory on %s' % (agent.nodename,
+                                                          rp_uuid))
+    check('Placement: exact providers, traits and inventories on %d sampled '
+          'agents' % len(sample), not bad, '; '.join(bad[:3]))
+    example = None
+    if sample:
+        agent = agents[sample[0]]
+        rp_uuid = sorted(providers.wanted_providers(
+            agent.nodename, agent.drivers[0]._driver.discover()))[0]
+        example = {
+            'provider': snapshot[rp_uuid][0],
+            'traits': sorted(placement_get(
+                adapter, '/resource_providers/%s/traits' % rp_uuid)['traits']),
+            'inventories': placement_get(
+                adapter, '/resource_providers/%s/inventories'
+                % rp_uuid)['inventories'],
+        }
+    return checks, snapshot, counts, example
+
+
+# --------------------------------------------------------------------------
+# Main
+
+
+def configure(args, workdir, placement_url, db_url):
+    from cyborg.conf import CONF
+    from cyborg.db import api as db_api
+    from cyborg import rpc
+
+    CONF([], project='cyborg', default_config_files=[])
+    run_id = uuid.uuid4().hex[:8]
+    if args.transport == 'rabbit':
+        CONF.set_override('transport_url', args.rabbit_url)
+        exchange = 'cyborg_bench_%s' % run_id
+        CONF.set_override('control_exchange', exchange)
+        # Queues are named after the topic, not the exchange: a unique topic
+        # keeps this run apart from any other user of the broker.
+        rpc.CONDUCTOR_TOPIC = 'cyborg-conductor-bench-%s' % run_id
+    else:
+        CONF.set_override('transport_url', 'fake://')
+        exchange = None
+    CONF.set_override('rpc_response_timeout', args.rpc_timeout)
+    CONF.set_override('executor_thread_pool_size',
+                      max(64, args.concurrency * 2))
+    CONF.set_override('auth_type', 'none', group='placement')
+    CONF.set_override('endpoint_override', placement_url, group='placement')
+    CONF.set_override('timeout', args.http_timeout, group='placement')
+    CONF.set_override('connection', db_url, group='database')
+    CONF.set_override('max_pool_size', max(5, args.concurrency),
+                      group='database')
+    CONF.set_override('state_path', workdir)
+    db_api.configure(db_url)
+    return exchange
+
+
+def build_adapter(concurrency):
+    """One keystoneauth Adapter (one requests session) for all agents,
+    with a connection pool as large as the number of agent threads."""
+    from keystoneauth1 import session as ks_session
+    from cyborg.common import ksa
+
+    adapter = ksa.get_adapter('placement',
+                              default_microversion=PLACEMENT_MICROVERSION,
+                              raise_exc=False)
+    pool = ks_session.TCPKeepAliveAdapter(pool_connections=4,
+                                          pool_maxsize=concurrency + 8)
+    adapter.session.session.mount('http://', pool)
+    return adapter
+
+
+def create_compute_nodes(adapter, names, concurrency, deadline):
+    """nova-compute's part: one provider per node with its inventory and
+    traits (cyborg.embedded.compute_node.ensure through a PlacementClient,
+    which retries 5xx itself). Not counted in the agents' figures."""
+    from cyborg.embedded import compute_node
+    from cyborg.placement import client as placement
+
+    client = placement.PlacementClient(adapter)
+    roots = {}
+
+    def ensure(name):
+        # Placement on SQLite answers 500 "database is locked" to concurrent
+        # writers, sometimes beyond the client's own retries; nova-compute
+        # would try again at its next periodic task.
+        for attempt in range(10):
+            try:
+                return compute_node.ensure(client, name)
+            except placement.PlacementError as e:
+                if attempt == 9 or e.status < 500:
+                    raise
+                time.sleep(0.5)
+
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(
+            concurrency, thread_name_prefix='nova') as pool:
+        futures = {pool.submit(ensure, name): name for name in names}
+        for f in concurrent.futures.as_completed(
+                futures, timeout=max(deadline - time.monotonic(), 1)):
+            roots[futures[f]] = f.result()
+    return roots, time.perf_counter() - started
+
+
+def _pidof(name):
+    try:
+        out = subprocess.run(['pidof', name], capture_output=True, text=True,
+                             timeout=10).stdout.split()
+        return int(out[0]) if out else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
+def rabbit_cleanup(url, exchange, topic, server, reply_q):
+    """Delete what this run left on the broker (after the transport is
+    closed: deleting a queue under a live consumer makes it reconnect)."""
+    import kombu
+    with kombu.Connection(url.replace('rabbit://', 'amqp://'),
+                          connect_timeout=10) as conn:
+        channel = conn.channel()
+        for queue in (topic, '%s.%s' % (topic, server), reply_q):
+            if queue:
+                try:
+                    channel.queue_delete(queue)
+                except Exception:  # noqa: BLE001 - best effort
+                    channel = conn.channel()
+        for name in (exchange, ):
+            try:
+                channel.exchange_delete(name)
+            except Exception:  # noqa: BLE001
+                channel = conn.channel()
+
+
+def run(args, cleanup, result):
+    from cyborg.agent import manager as agent_manager
+    from cyborg.conductor import rpcapi as conductor_rpcapi
+    from cyborg.drivers import fake
+    from cyborg.placement import client as placement
+    from cyborg import rpc
+
+    started = time.monotonic()
+    deadline = started + args.time_limit
+    meta = result['meta']
+
+    workdir = tempfile.mkdtemp(prefix='cyborg-agent-scale-')
+    if args.keep:
+        log('keeping %s', workdir)
+    else:
+        cleanup.add('temp dir', lambda: shutil.rmtree(workdir,
+                                                      ignore_errors=True))
+
+    # Databases --------------------------------------------------------
+    db = Database(args.db, workdir, args.server_url)
+    if not args.keep:
+        cleanup.add('conductor database', db.drop)
+    db.migrate()
+    meta['db_version'] = db.server_version()
+    log('conductor database: %s (%s)', args.db, meta['db_version'])
+
+    placement_conn = None
+    if args.placement_db == 'mysql':
+        pdb = Database('mysql', workdir, args.server_url
+                       if args.db == 'mysql' else None,
+                       prefix='placement_bench')
+        if not args.keep:
+            cleanup.add('placement database', pdb.drop)
+        placement_conn = pdb.url
+        meta['placement_db_version'] = pdb.server_version()
+
+    # Placement --------------------------------------------------------
+    t0 = time.perf_counter()
+    proc = PlacementProcess(workdir, placement_conn)
+    cleanup.add('placement process', proc.stop)
+    CPU_PIDS['placement process'] = proc.proc.pid
+    mariadb = _pidof('mariadbd') or _pidof('mysqld')
+    if mariadb and 'mysql' in (args.db, args.placement_db):
+        CPU_PIDS['mariadbd (shared server)'] = mariadb
+    if args.transport == 'rabbit' and _pidof('beam.smp'):
+        CPU_PIDS['rabbitmq (shared server)'] = _pidof('beam.smp')
+    meta['placement_url'] = proc.url
+    log('Placement (%s) ready at %s in %.1fs', args.placement_db, proc.url,
+        time.perf_counter() - t0)
+
+    exchange = configure(args, workdir, proc.url, db.url)
+    adapter = build_adapter(args.concurrency)
+
+    # Compute nodes, as nova-compute makes them ----------------------
+    names = [node_name(i, args.agents) for i in range(args.agents)]
+    roots, secs = create_compute_nodes(adapter, names, args.concurrency,
+                                       deadline)
+    result['compute_nodes'] = {'count': len(roots), 'wall_s': round(secs, 2),
+                               'per_s': round(len(roots) / secs, 1)}
+    log('%d compute-node providers created in %.1fs (%.1f/s)', len(roots),
+        secs, len(roots) / secs)
+
+    # Conductor --------------------------------------------------------
+    server_name = 'bench-conductor'
+    conductor = rpc.get_server(rpc.CONDUCTOR_TOPIC,
+                               [timed_conductor_class()()],
+                               server=server_name)
+    conductor.start()
+
+    def stop_conductor():
+        conductor.stop()
+        conductor.wait()
+
+    def stop_transport():
+        driver = getattr(rpc.get_transport(), '_driver', None)
+        reply_q = getattr(driver, '_reply_q', None)
+        rpc.cleanup()
+        if args.transport == 'rabbit':
+            rabbit_cleanup(args.rabbit_url, exchange, rpc.CONDUCTOR_TOPIC,
+                           server_name, reply_q)
+
+    cleanup.add('transport', stop_transport)
+    cleanup.add('conductor', stop_conductor)
+    meta['rpc_exchange'] = exchange
+    meta['rpc_topic'] = rpc.CONDUCTOR_TOPIC
+
+    # Agents -----------------------------------------------------------
+    specs = os.path.join(workdir, 'host-specs')
+    os.makedirs(specs)
+    conductor_api = conductor_rpcapi.ConductorAPI(timeout=args.rpc_timeout)
+    agents = []
+    for name in names:
+        path = os.path.join(specs, name + '.yaml')
+        write_host_spec(path, args.devices)
+        agents.append(agent_manager.AgentManager(
+            TimedConductorAPI(conductor_api),
+            placement.PlacementClient(CountingAdapter(adapter)),
+            drivers=[TimedDriver(fake.FakeDriver(path))],
+            host=name, nodename=name))
+    log('%d agents × %d devices, concurrency %d, transport %s',
+        len(agents), args.devices, args.concurrency, args.transport)
+
+    # Phase 1 ----------------------------------------------------------
+    rounds = result['rounds']
+    first, failed = run_round('first report (full=True)', agents,
+                              lambda a: a.report_once(full=True),
+                              args.concurrency, deadline)
+    rounds.append(first)
+    phase1 = [first]
+    # A failed pass is retried by the agent at its next report; here at
+    # once, for the agents that failed only.
+    while failed and len(phase1) <= args.first_report_retries:
+        r, failed = run_round('first report, retry %d' % len(phase1),
+                              failed, lambda a: a.report_once(full=True),
+                              args.concurrency, deadline)
+        rounds.append(r)
+        phase1.append(r)
+    result['time_to_first_full_report_s'] = round(
+        sum(r['wall_s'] for r in phase1), 1)
+
+    engine = db.engine()
+    cleanup.add('verification engine', engine.dispose)
+    rng = random.Random(42)
+    checks, snap_before, counts_before, example = verify_first_report(
+        agents, args.devices, engine, adapter, roots, rng)
+    result['checks'] = checks
+    result['example_provider'] = example
+
+    def check(what, ok, detail=''):
+        checks.append({'check': what, 'ok': bool(ok), 'detail': detail})
+        if not ok:
+            log('CHECK FAILED: %s %s', what, detail)
+
+    check('phase 1: every agent completed its first report%s'
+          % (' (after %d retry round(s) of failed passes)'
+             % (len(phase1) - 1) if len(phase1) > 1 else ''),
+          not failed, '; '.join(phase1[-1]['error_samples']))
+    reported = sum(r['db_writes_reported'] for r in phase1)
+    sent = sum(r['sql_writes'] for r in phase1)
+    check('phase 1: conductor write count = SQL INSERT/UPDATE/DELETE sent',
+          reported == sent, '%d vs %d' % (reported, sent))
+
+    # Phase 2 ----------------------------------------------------------
+    for k in range(args.rounds):
+        r, _ = run_round('steady state %d' % (k + 1), agents,
+                         lambda a: a.report_once(), args.concurrency,
+                         deadline)
+        rounds.append(r)
+        check('steady state %d: 0 DB writes, 0 Placement calls, no errors'
+              % (k + 1),
+              r['errors'] == 0 and r['db_writes_reported'] == 0
+              and r['sql_writes'] == 0 and r['placement_writes_reported'] == 0
+              and r['placement_calls'] == 0,
+              'db %d/%d placement %d calls %d errors %d'
+              % (r['db_writes_reported'], r['sql_writes'],
+                 r['placement_writes_reported'], r['placement_calls'],
+                 r['errors']))
+    r, _ = run_round('full resync (full=True)', agents,
+                     lambda a: a.report_once(full=True), args.concurrency,
+                     deadline)
+    rounds.append(r)
+    check('full resync: reads Placement, 0 DB writes, 0 Placement writes',
+          r['errors'] == 0 and r['db_writes_reported'] == 0
+          and r['sql_writes'] == 0 and r['placement_writes_reported'] == 0
+          and r['placement_http_writes'] == 0 and r['placement_calls'] > 0,
+          'db %d/%d placement %d non-GET %d errors %d'
+          % (r['db_writes_reported'], r['sql_writes'],
+             r['placement_writes_reported'], r['placement_http_writes'],
+             r['errors']))
+
+    snap_after = placement_snapshot(adapter)
+    changed = [u for u in snap_before if snap_before[u] != snap_after.get(u)]
+    check('Placement: no provider generation changed in phase 2',
+          not changed and set(snap_after) == set(snap_before),
+          '%d changed' % len(changed))
+    counts_after = db_counts(engine)
+    check('DB: row counts unchanged in phase 2',
+          counts_after == counts_before)
+    meta['placement_log_problems'] = proc.problems()[:20]
+    meta['total_s'] = round(time.monotonic() - started, 1)
+
+
+def markdown(result):
+    meta = result['meta']
+    cn = result.get('compute_nodes') or {}
+    lines = [
+        '**%s agents × %s devices**, concurrency %s; conductor DB %s; '
+        'Placement on %s (own process, 10 cheroot threads); transport %s; '
+        '%s CPUs; Python %s; load average %s → %s'
+        % (meta['agents'], meta['devices'], meta['concurrency'],
+           meta.get('db_version', meta['db']),
+           meta.get('placement_db_version', 'SQLite')
+           if meta['placement_db'] != 'sqlite' else 'SQLite',
+           meta['transport'], meta['cpus'], meta['python'],
+           meta['loadavg_start'][0], meta.get('loadavg_end', ['?'])[0]),
+        '',
+    ]
+    if result.get('time_to_first_full_report_s') is not None:
+        lines += ['**Time to first full report: %.1f s** (until every '
+                  "agent's first report pass has completed; see the checks "
+                  'for what DB and Placement hold).'
+                  % result['time_to_first_full_report_s'], '']
+    if cn:
+        lines += ['Compute-node providers created (nova-compute style, '
+                  'before the agents start): %d in %.1f s (%.1f/s).'
+                  % (cn['count'], cn['wall_s'], cn['per_s']), '']
+    lines += [
+        '| Phase | Agents done | Wall s | Agents/s | p50 ms | p99 ms | max ms '
+        '| DB writes (conductor) | SQL I/U/D sent | SQL SELECT '
+        '| Placement writes (agents) | Placement HTTP calls (non-GET) '
+        '| Failed passes |',
+        '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    ]
+    for r in result['rounds']:
+        lines.append(
+            '| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %d | %d | %d '
+            '| %d | %d (%d) | %d |'
+            % (r['name'], r['completed'], r['wall_s'], r['agents_per_s'] or 0,
+               r['p50_ms'], r['p99_ms'], r['max_ms'] or 0,
+               r['db_writes_reported'], r['sql_writes'],
+               r['sql'].get('SELECT', 0), r['placement_writes_reported'],
+               r['placement_calls'], r['placement_http_writes'], r['errors']))
+    lines += ['', 'Mean time per agent pass (ms):', '',
+              '| Phase | total | discover (fake driver) | RPC report_data '
+              '| of which conductor | Placement HTTP | other |',
+              '|---|---:|---:|---:|---:|---:|---:|']
+    for r in result['rounds']:
+        m = r['mean_ms']
+        lines.append('| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |'
+                     % (r['name'], m['total'], m['discover'],
+                        m['rpc_report_data'], m['conductor'],
+                        m['placement_http'], m['other']))
+    lines += ['', 'CPU ms per agent pass, by thread (time.thread_time): the '
+              "agent's thread (fake driver, RPC client, HTTP client) and the "
+              "conductor's RPC handler (report_data: diff and DB driver):",
+              '', '| Phase | agent thread | conductor thread |',
+              '|---|---:|---:|']
+    for r in result['rounds']:
+        c = r.get('cpu_ms_per_pass') or {}
+        lines.append('| %s | %.2f | %.2f |' % (
+            r['name'], c.get('agent_thread', float('nan')),
+            c.get('conductor_thread', float('nan'))))
+    lines += ['', 'CPU seconds used during each phase (2 cores = 2 CPU '
+              's per wall s; "machine" includes other users of the box):',
+              '']
+    labels = []
+    for r in result['rounds']:
+        labels += [k for k in r.get('cpu_s', {}) if k not in labels]
+    lines += ['| Phase | wall s | ' + ' | '.join(labels) + ' |',
+              '|---|---:|' + '---:|' * len(labels)]
+    for r in result['rounds']:
+        lines.append('| %s | %.1f | ' % (r['name'], r['wall_s']) + ' | '.join(
+            '%.1f' % r.get('cpu_s', {}).get(k, float('nan'))
+            for k in labels) + ' |')
+    for r in result['rounds']:
+        if not r['placement_by_endpoint']:
+            continue
+        n = r['completed'] or 1
+        lines += ['', 'Placement calls in "%s" (statuses %s):' % (
+            r['name'], ', '.join('%s×%s' % (v, k) for k, v in
+                                 r['placement_status'].items())), '',
+            '| Call | Total | Per agent | Mean ms |', '|---|---:|---:|---:|']
+        for call, count in sorted(r['placement_by_endpoint'].items(),
+                                  key=lambda kv: -kv[1]):
+            lines.append('| `%s` | %d | %.2f | %.1f |' % (
+                call, count, count / n,
+                r.get('placement_ms_by_endpoint', {}).get(call, 0)))
+    if result.get('checks'):
+        lines += ['', 'Checks:', '']
+        for c in result['checks']:
+            lines.append('- [%s] %s%s' % ('x' if c['ok'] else ' ', c['check'],
+                                          ' (%s)' % c['detail']
+                                          if c['detail'] else ''))
+    return '\n'.join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--agents', type=int, default=1000)
+    parser.add_argument('--devices', type=int, default=8,
+                        help='GPUs per agent (default 8)')
+    parser.add_argument('--concurrency', type=int, default=16,
+                        help='agent passes running at once (default 16)')
+    parser.add_argument('--rounds', type=int, default=3,
+                        help='steady-state rounds (default 3), followed by '
+                             'one full-resync round')
+    parser.add_argument('--db', choices=('sqlite', 'mysql', 'postgresql'),
+                        default='mysql', help='conductor database')
+    parser.add_argument('--server-url',
+                        help='SQLAlchemy URL of the database server for '
+                             'mysql/postgresql; default %s'
+                             % DEFAULT_SERVER_URLS)
+    parser.add_argument('--placement-db', choices=('sqlite', 'mysql'),
+                        default='mysql',
+                        help="Placement's database (default mysql: a "
+                             'throw-away database on the local MariaDB, '
+                             'served by this script in a child process; '
+                             'sqlite: python -m tests.placement_process, '
+                             'which answers 500 "database is locked" to '
+                             'concurrent writers)')
+    parser.add_argument('--transport', choices=('fake', 'rabbit'),
+                        default='fake')
+    parser.add_argument('--rabbit-url', default=RABBIT_URL)
+    parser.add_argument('--quick', action='store_true',
+                        help='smoke run: 20 agents unless --agents is given')
+    parser.add_argument('--time-limit', type=float, default=1800.0,
+                        help='seconds; no agent pass starts after it, and '
+                             'the process exits (cleaning up) 180 s later '
+                             'at the latest (default 1800)')
+    parser.add_argument('--first-report-retries', type=int, default=5,
+                        help='retry rounds for agents whose first report '
+                             'failed (default 5)')
+    parser.add_argument('--rpc-timeout', type=int, default=120)
+    parser.add_argument('--http-timeout', type=int, default=60)
+    parser.add_argument('--json', metavar='FILE')
+    parser.add_argument('--verbose', action='store_true',
+                        help="show the agents' Placement retry warnings")
+    parser.add_argument('--keep', action='store_true',
+                        help='keep the temp dir and databases (debugging)')
+    parser.add_argument('--serve-placement', action='store_true',
+                        help=argparse.SUPPRESS)
+    parser.add_argument('--state-dir', help=argparse.SUPPRESS)
+    parser.add_argument('--placement-connection', help=argparse.SUPPRESS)
+    parser.add_argument('--port', type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.serve_placement:
+        return serve_placement(args.state_dir, args.placement_connection,
+                               args.port)
+    if args.quick and not any(a.startswith('--agents')
+                              for a in (argv or sys.argv)):
+        args.agents = 20
+    if args.agents < 1 or args.devices < 1 or args.concurrency < 1:
+        parser.error('--agents, --devices and --concurrency must be >= 1')
+
+    sys.path.insert(0, REPO)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format='%(asctime)s %(levelname)s %(name)s: '
+                               '%(message)s')
+    if not args.verbose:
+        # One line per retried Placement call (the report counts them by
+        # status instead).
+        logging.getLogger('cyborg.placement.client').setLevel(logging.ERROR)
+
+    import sqlalchemy as sa
+
+    @sa.event.listens_for(sa.engine.Engine, 'before_cursor_execute')
+    def _count(conn, cursor, statement, parameters, context, executemany):
+        STATS.on_sql(statement)
+
+    result = {
+        'meta': {
+            'agents': args.agents, 'devices': args.devices,
+            'concurrency': args.concurrency, 'rounds': args.rounds,
+            'db': args.db, 'placement_db': args.placement_db,
+            'transport': args.transport, 'cpus': os.cpu_count(),
+            'python': platform.python_version(),
+            'sqlalchemy': sa.__version__,
+            'loadavg_start': [round(x, 2) for x in os.getloadavg()],
+            'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec='seconds'),
+        },
+        'rounds': [],
+    }
+    cleanup = Cleanup()
+    status = {'done': False}
+
+    def watchdog():
+        log('hard time limit reached: cleaning up and exiting')
+        cleanup.run()
+        os._exit(3)
+
+    timer = threading.Timer(args.time_limit + 180, watchdog)
+    timer.daemon = True
+    timer.start()
+
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt('signal %d' % signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+
+    code = 0
+    try:
+        run(args, cleanup, result)
+    except TimeLimit as e:
+        log('TIME LIMIT: %s', e)
+        if getattr(e, 'round', None):
+            result['rounds'].append(e.round)
+        result['time_limit_hit'] = str(e)
+        code = 2
+    except KeyboardInterrupt:
+        log('interrupted')
+        code = 130
+    finally:
+        cleanup.run()
+        timer.cancel()
+        status['done'] = True
+    result['meta']['loadavg_end'] = [round(x, 2) for x in os.getloadavg()]
+    if result['rounds']:
+        print(markdown(result))
+    failed = [c for c in result.get('checks', []) if not c['ok']]
+    if failed and code == 0:
+        code = 1
+    if result['meta'].get('placement_log_problems'):
+        print('\nPlacement log lines that point at trouble:')
+        for line in result['meta']['placement_log_problems']:
+            print('    ' + line)
+    print('\nTotal %s s; checks failed: %d; exit %d'
+          % (result['meta'].get('total_s', '?'), len(failed), code))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(result, f, indent=2, default=str)
+    return code
+
+
+if __name__ == '__main__':
+    sys.exit(main())
