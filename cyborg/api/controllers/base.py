@@ -129,8 +129,8 @@ def _validator(schema):
     if validator is None:
         cls = jsonschema.validators.validator_for(schema)
         cls.check_schema(schema)
-        validator = _VALIDATORS[id(schema)] = cls(schema,
-                                                   format_checker=_FORMATS)
+        validator = cls(schema, format_checker=_FORMATS)
+        _VALIDATORS[id(schema)] = validator
     return validator
 
 
