@@ -26,8 +26,12 @@ class ConductorService:
         self.binder.start()
         # Re-drive what a previous run left half-done, without delaying
         # start-up (it may wait on agents).
-        threading.Thread(target=self.binder.recover, name='bind-recovery',
+        threading.Thread(target=self._recover, name='bind-recovery',
                          daemon=True).start()
+
+    def _recover(self):
+        self.binder.recover()
+        self.binder.notify_soon()
 
     def stop(self):
         self.server.stop()

@@ -1,7 +1,7 @@
 """Running a service in the foreground until SIGINT/SIGTERM."""
 
 import signal
-import threading
+import time
 
 from oslo_log import log
 
@@ -10,19 +10,21 @@ LOG = log.getLogger(__name__)
 
 def run_until_signalled(name, start, stop):
     """start(); block until SIGINT or SIGTERM; stop(). Returns 0."""
-    stopping = threading.Event()
+    # A plain flag, polled: Event.set() in a signal handler can deadlock
+    # against the main thread's own wait on the same lock.
+    stopping = []
 
     def _handler(signum, frame):
-        LOG.info('%s: signal %d received, stopping', name, signum)
-        stopping.set()
+        stopping.append(signum)
 
     previous = {s: signal.signal(s, _handler)
                 for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         start()
         LOG.info('%s started', name)
-        while not stopping.wait(1.0):
-            pass
+        while not stopping:
+            time.sleep(0.2)
+        LOG.info('%s: signal %d received, stopping', name, stopping[0])
     finally:
         stop()
         for s, handler in previous.items():

@@ -18,20 +18,30 @@ LOG = log.getLogger(__name__)
 
 class Binder:
 
-    def __init__(self, agent_api, notifier=None, sweep_interval=30.0):
+    def __init__(self, agent_api, notifier=None, sweep_interval=30.0,
+                 stale_after=180.0):
         self.agent_api = agent_api
         self.notifier = notifier or nova.NovaNotifier()
-        self._loop = loop.Loop('nova-notifier', self.notify_pending,
-                               sweep_interval)
+        self.stale_after = stale_after
+        self._loop = loop.Loop('nova-notifier', self._sweep, sweep_interval)
 
     # Binding ---------------------------------------------------------------
 
     def bind(self, context, arq_uuids):
+        """RPC entry: bind, then let the notifier send the outcomes."""
+        self._bind(context, arq_uuids)
+        self._loop.wake()
+
+    def _bind(self, context, arq_uuids):
         released = []
         for uuid in arq_uuids:
-            released += self._bind_one(context, uuid)
+            try:
+                released += self._bind_one(context, uuid)
+            except Exception:
+                # The DB stayed unusable through the retries: the ARQ is
+                # still BindStarted, and the sweep re-drives it later.
+                LOG.exception('Binding ARQ %s failed; will retry', uuid)
         self._release(context, released)
-        self._loop.wake()
 
     def _bind_one(self, context, uuid):
         try:
@@ -47,15 +57,16 @@ class Binder:
                 context, claim['device']['hostname'],
                 claim['deployable']['name'],
                 claim['deployable']['driver_name'], handle)
+        except Exception as e:
+            LOG.warning('Preparing device for ARQ %s failed: %s', uuid, e)
+            return self._fail(uuid, 'Preparing the device failed: %s' % e)
+        try:
             if info:
                 bindings.update_handle_info(handle['uuid'], info)
             bindings.finish(uuid)
         except bindings.Gone:
             LOG.info('ARQ %s was unbound while its device was prepared', uuid)
             return []
-        except Exception as e:
-            LOG.warning('Preparing device for ARQ %s failed: %s', uuid, e)
-            return self._fail(uuid, 'Preparing the device failed: %s' % e)
         LOG.info('ARQ %s bound to handle %s of %s', uuid, handle['uuid'],
                  claim['deployable']['name'])
         return []
@@ -76,24 +87,32 @@ class Binder:
                 LOG.warning('Could not ask %s to release handle %s: %s',
                             handle['hostname'], handle['uuid'], e)
 
-    def recover(self):
-        """Re-drive every ARQ a previous conductor left in BindStarted."""
+    def recover(self, older_than=None):
+        """Re-drive ARQs left in BindStarted: all of them at start (a
+        previous conductor died), then periodically those stuck longer than
+        any bind takes (a lost message, a DB outage)."""
         context = cyborg_context.get_admin_context()
-        stuck = bindings.bind_started()
+        stuck = bindings.bind_started(older_than)
         for instance, uuids in stuck.items():
             LOG.info('Re-driving %d ARQ(s) of instance %s left in '
                      'BindStarted', len(uuids), instance)
-            self.bind(context, uuids)
-        self._loop.wake()
+            self._bind(context, uuids)
         return sum(len(u) for u in stuck.values())
 
     # Notifying Nova --------------------------------------------------------
+
+    def notify_soon(self):
+        self._loop.wake()
 
     def start(self):
         self._loop.start()
 
     def stop(self, timeout=10):
         self._loop.stop(timeout)
+
+    def _sweep(self):
+        self.recover(older_than=self.stale_after)
+        self.notify_pending()
 
     def notify_pending(self):
         """Send every undelivered event; returns how many were delivered."""

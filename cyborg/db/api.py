@@ -6,6 +6,7 @@ request is one writer transaction, so nothing is ever half-written.
 
 import contextlib
 import contextvars
+import sqlite3
 import threading
 
 from oslo_db.sqlalchemy import enginefacade
@@ -42,6 +43,18 @@ def _facade():
     if _FACADE is None:
         configure()
     return _FACADE
+
+
+@sa.event.listens_for(sa.engine.Engine, 'connect')
+def _sqlite_pragmas(dbapi_conn, record):
+    """SQLite: write-ahead logging, so readers never wait for a writer and
+    a commit costs one fsync of the log; and writers wait up to 30 s for
+    the lock rather than 5 before giving up."""
+    if isinstance(dbapi_conn, sqlite3.Connection):
+        cursor = dbapi_conn.cursor()
+        cursor.execute('PRAGMA journal_mode=WAL')
+        cursor.execute('PRAGMA busy_timeout=30000')
+        cursor.close()
 
 
 # SQLite: a transaction that reads and then writes cannot upgrade its lock

@@ -6,8 +6,11 @@ re-driving after a crash) can never hand one handle to two ARQs nor move an
 ARQ that someone else already moved.
 """
 
+import datetime
 import json
 
+from oslo_db import api as oslo_db_api
+from oslo_db import exception as db_exc
 import sqlalchemy as sa
 
 from cyborg.db import api
@@ -23,6 +26,21 @@ BIND_STATUS = {'Bound': 'completed', 'BindFailed': 'failed',
                'Deleting': 'failed'}
 
 
+def _transient(exc):
+    """A DB error worth retrying (a busy SQLite, a lost connection), as
+    opposed to a constraint that will fail again."""
+    return (isinstance(exc, db_exc.DBError)
+            and not isinstance(exc, (db_exc.DBDuplicateEntry,
+                                     db_exc.DBReferenceError,
+                                     db_exc.DBConstraintError)))
+
+
+_retry = oslo_db_api.wrap_db_retry(max_retries=5, retry_interval=0.2,
+                                   inc_retry_interval=True,
+                                   retry_on_deadlock=True,
+                                   exception_checker=_transient)
+
+
 class BindError(Exception):
     """The ARQ cannot be bound; the message is the recorded reason."""
 
@@ -31,6 +49,7 @@ class Gone(Exception):
     """The ARQ left BindStarted meanwhile (unbound or deleted)."""
 
 
+@_retry
 def claim_handle(arq_uuid):
     """Give a BindStarted ARQ a free attach handle of the deployable behind
     its device_rp_uuid (or the one it already holds, when re-driven).
@@ -87,6 +106,7 @@ def _take_free_handle(session, dep, attempts=5):
                     % (dep['name'], total))
 
 
+@_retry
 def update_handle_info(handle_uuid, info):
     """Record what the driver's prepare() learnt (e.g. a MIG UUID)."""
     with api.writer() as session:
@@ -98,6 +118,7 @@ def update_handle_info(handle_uuid, info):
                                    separators=(', ', ': '))))
 
 
+@_retry
 def finish(arq_uuid, reason=None):
     """BindStarted → Bound (reason None) or BindFailed (with the reason).
 
@@ -124,13 +145,20 @@ def finish(arq_uuid, reason=None):
         return []
 
 
-def bind_started():
-    """ARQs a conductor must (re-)drive, grouped by instance."""
+def bind_started(older_than=None):
+    """ARQs a conductor must (re-)drive, grouped by instance; with
+    older_than (seconds), only those stuck in BindStarted that long."""
+    query = sa.select(ARQ.c.uuid, ARQ.c.instance_uuid).where(
+        ARQ.c.state == 'BindStarted')
+    if older_than is not None:
+        cutoff = (datetime.datetime.now(datetime.timezone.utc)
+                  .replace(tzinfo=None)
+                  - datetime.timedelta(seconds=older_than))
+        query = query.where(sa.func.coalesce(ARQ.c.updated_at,
+                                             ARQ.c.created_at) < cutoff)
     with api.reader() as session:
         by_instance = {}
-        for uuid, instance in session.execute(
-                sa.select(ARQ.c.uuid, ARQ.c.instance_uuid).where(
-                    ARQ.c.state == 'BindStarted').order_by(ARQ.c.id)):
+        for uuid, instance in session.execute(query.order_by(ARQ.c.id)):
             by_instance.setdefault(instance, []).append(uuid)
         return by_instance
 
@@ -148,6 +176,7 @@ def pending_events(uuids=None):
                 for r in session.execute(query.order_by(ARQ.c.id)).mappings()]
 
 
+@_retry
 def events_delivered(uuids):
     with api.writer() as session:
         session.execute(ARQ.update().where(ARQ.c.uuid.in_(uuids)).values(

@@ -9,7 +9,7 @@ too (unless nova_endpoint names another Nova), and [nova] points at it.
 """
 
 import os
-import threading
+import time
 
 from oslo_log import log
 
@@ -51,7 +51,7 @@ class EmbeddedStack:
         self._servers = []
         self._services = []
         self.agent = None
-        self._stop_requested = threading.Event()
+        self._stop_requested = False
 
     # -- configuration --------------------------------------------------
 
@@ -160,12 +160,15 @@ class EmbeddedStack:
             ksa.get_adapter('placement', self.conf))
 
     def request_stop(self):
-        """Make wait() return; safe to call from a signal handler."""
-        self._stop_requested.set()
+        """Make wait() return; safe to call from a signal handler (a plain
+        assignment: Event.set() there can deadlock against the main
+        thread's own wait on the same lock)."""
+        self._stop_requested = True
 
-    def wait(self, poll=0.5):
+    def wait(self, poll=0.2):
         """Block until request_stop() is called or a server thread dies."""
-        while not self._stop_requested.wait(poll):
+        while not self._stop_requested:
+            time.sleep(poll)
             dead = [s.name for s in self._servers if not s.is_alive()]
             if dead:
                 LOG.error('Server thread(s) ended: %s', ', '.join(dead))
@@ -180,8 +183,10 @@ class EmbeddedStack:
 
         if self._servers and self._servers[-1].name == 'cyborg-api':
             self._servers.pop().stop()
+        # The conductor first: its in-flight binds still need the agent to
+        # answer their prepare() calls.
         while self._services:
-            self._services.pop().stop()
+            self._services.pop(0).stop()
         rpc.cleanup()
         while self._servers:
             self._servers.pop().stop()

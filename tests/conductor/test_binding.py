@@ -104,7 +104,7 @@ class Stack:
         self.binder = conductor_binder.Binder(
             agent_rpcapi.AgentAPI(),
             nova.NovaNotifier(give_up_after=30, max_delay=0.2),
-            sweep_interval=0.2)
+            sweep_interval=0.2, stale_after=1.0)
         self.conductor = rpc.get_server(
             rpc.CONDUCTOR_TOPIC,
             [conductor_manager.ConductorManager(self.binder)],
@@ -392,3 +392,18 @@ def test_conductor_dies_after_claiming_a_handle(stack):
         in_use = session.execute(sa.select(sa.func.count()).where(
             models.AttachHandle.__table__.c.in_use == sa.true())).scalar()
     assert in_use == 1
+
+
+def test_lost_bind_message_is_re_driven_by_the_sweep(stack, monkeypatch):
+    """The conductor is up but the bind cast never reaches it (a broker
+    hiccup): the periodic sweep picks the stuck ARQ up."""
+    stack.profile('gpu', [{'resources:PGPU': '1'}])
+    [arq] = stack.create_arqs('gpu')
+    monkeypatch.setattr(conductor_rpcapi.ConductorAPI, 'bind_arqs',
+                        lambda self, context, uuids: None)
+    instance = str(uuid.uuid4())
+    assert stack.bind([arq], instance,
+                      [stack.rp('0000:1b:00.0')]).status_int == 202
+    assert stack.arqs(instance)[0]['state'] == 'BindStarted'
+    assert stack.wait_resolved(instance)[0]['state'] == 'Bound'
+    assert stack.wait_events(1)[0]['status'] == 'completed'
