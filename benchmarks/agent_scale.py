@@ -64,7 +64,6 @@ import concurrent.futures
 import datetime
 import json
 import logging
-import math
 import os
 import platform
 import random
@@ -78,6 +77,8 @@ import threading
 import time
 import uuid
 import warnings
+
+import _common
 
 # oslo.service (imported through cyborg/placement) warns about eventlet.
 warnings.filterwarnings('ignore', message=r'\s*Eventlet is deprecated')
@@ -307,14 +308,6 @@ class PlacementProcess:
 
 # --------------------------------------------------------------------------
 # Measurement
-
-
-def percentile(values, p):
-    if not values:
-        return float('nan')
-    values = sorted(values)
-    rank = max(1, math.ceil(p / 100.0 * len(values)))
-    return values[rank - 1]
 
 
 _UUID = re.compile(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
@@ -609,8 +602,8 @@ def run_round(name, agents, fn, concurrency, deadline):
         'error_samples': samples,
         'wall_s': round(wall, 2),
         'agents_per_s': round(len(done) / wall, 1) if wall else None,
-        'p50_ms': round(percentile(latencies, 50) * 1000, 1),
-        'p99_ms': round(percentile(latencies, 99) * 1000, 1),
+        'p50_ms': round(_common.percentile(latencies, 50) * 1000, 1),
+        'p99_ms': round(_common.percentile(latencies, 99) * 1000, 1),
         'max_ms': round(max(latencies) * 1000, 1) if latencies else None,
         'db_writes_reported': db_writes,
         'placement_writes_reported': pl_writes,

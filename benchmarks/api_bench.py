@@ -42,7 +42,6 @@ import argparse
 import datetime
 import http.client
 import json
-import math
 import os
 import platform
 import random
@@ -58,6 +57,8 @@ import uuid
 import warnings
 
 import sqlalchemy as sa
+
+import _common
 
 # oslo.service (imported through cyborg) warns that eventlet is deprecated.
 warnings.filterwarnings('ignore', message=r'\s*Eventlet is deprecated')
@@ -386,13 +387,6 @@ class Client:
         self.conn.close()
 
 
-def percentile(sorted_values, p):
-    if not sorted_values:
-        return float('nan')
-    rank = max(1, math.ceil(p / 100.0 * len(sorted_values)))
-    return sorted_values[rank - 1]
-
-
 def run_phase(port, name, make_request, expect, count, concurrency,
               time_limit, rows=None, warmup=0, request_timeout=30.0,
               cpu_probe=None):
@@ -460,8 +454,8 @@ def run_phase(port, name, make_request, expect, count, concurrency,
         'name': name, 'rows': rows, 'requests': done, 'planned': count,
         'concurrency': concurrency, 'seconds': round(elapsed, 3),
         'req_per_s': round(done / elapsed, 1) if elapsed else 0.0,
-        'p50_ms': round(percentile(latencies, 50) * 1000, 2),
-        'p99_ms': round(percentile(latencies, 99) * 1000, 2),
+        'p50_ms': round(_common.percentile(latencies, 50) * 1000, 2),
+        'p99_ms': round(_common.percentile(latencies, 99) * 1000, 2),
         'max_ms': round(latencies[-1] * 1000, 2) if latencies else None,
         'mean_ms': round(sum(latencies) / done * 1000, 2) if done else None,
         'server_cpu_ms_per_req': (
@@ -662,19 +656,6 @@ def markdown(meta, results):
     return '\n'.join(lines)
 
 
-def _git_revision():
-    try:
-        rev = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
-                             cwd=REPO, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(['git', 'status', '--porcelain', 'cyborg'],
-                               cwd=REPO, capture_output=True, text=True,
-                               timeout=10).stdout.strip()
-        return rev + ('+dirty' if dirty else '')
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--db', choices=('sqlite', 'mysql', 'postgresql'),
@@ -749,7 +730,7 @@ def main(argv=None):
             'python': platform.python_version(),
             'loadavg_start': [round(x, 2) for x in os.getloadavg()],
             'sqlalchemy': sa.__version__,
-            'git': _git_revision(),
+            'git': _common.git_revision(),
             'mode': 'quick' if args.quick else 'full',
             'profile': {k: list(v) if isinstance(v, tuple) else v
                         for k, v in profile.items()},

@@ -76,6 +76,8 @@ import threading
 import time
 import uuid
 
+import _common
+
 HOST = '127.0.0.1'
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EVENT_PATH = '/os-server-external-events'
@@ -102,22 +104,15 @@ def log(msg):
           file=sys.stderr, flush=True)
 
 
-def percentile(sorted_values, p):
-    """Nearest-rank percentile (as benchmarks/api_bench.py)."""
-    if not sorted_values:
-        return float('nan')
-    rank = max(1, math.ceil(p / 100.0 * len(sorted_values)))
-    return sorted_values[rank - 1]
-
-
 def summary(values_s):
     """p50/p90/p99/max/mean in ms of a list of seconds."""
     v = sorted(values_s)
     if not v:
         return {'n': 0}
     ms = lambda x: round(x * 1000, 2)  # noqa: E731
-    return {'n': len(v), 'p50_ms': ms(percentile(v, 50)),
-            'p90_ms': ms(percentile(v, 90)), 'p99_ms': ms(percentile(v, 99)),
+    return {'n': len(v), 'p50_ms': ms(_common.percentile(v, 50)),
+            'p90_ms': ms(_common.percentile(v, 90)),
+            'p99_ms': ms(_common.percentile(v, 99)),
             'max_ms': ms(v[-1]), 'mean_ms': ms(sum(v) / len(v))}
 
 
@@ -848,19 +843,6 @@ def markdown(meta, levels):
     return '\n'.join(lines)
 
 
-def _git_revision():
-    try:
-        rev = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
-                             cwd=REPO, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(['git', 'status', '--porcelain', 'cyborg'],
-                               cwd=REPO, capture_output=True, text=True,
-                               timeout=10).stdout.strip()
-        return rev + ('+dirty' if dirty else '')
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def _cpu_model():
     try:
         with open('/proc/cpuinfo') as f:
@@ -1000,7 +982,7 @@ def main(argv=None):
             'cpus': os.cpu_count(), 'cpu_model': _cpu_model(),
             'python': platform.python_version(),
             'platform': platform.platform(),
-            'git': _git_revision(),
+            'git': _common.git_revision(),
             'command': ' '.join(['benchmarks/bind_bench.py'] + list(
                 sys.argv[1:] if argv is None else argv)),
             'aio_command': aio.cmd,
