@@ -3,8 +3,8 @@
 State lives under one directory: cyborg.sqlite (our database) and
 placement.sqlite (Placement's). The API runs with auth_strategy=noauth,
 Placement with noauth2; both are served on loopback by threaded WSGI
-servers. Later parts (conductor, agent, fake driver) hook into start()/stop().
-Nova's side is nova_cyborg_client: its external events API is served here
+servers. The conductor and an agent (fake driver by default) talk over
+oslo.messaging's in-process transport. Nova's side is nova_cyborg_client: its external events API is served here
 too (unless nova_endpoint names another Nova), and [nova] points at it.
 """
 
@@ -32,7 +32,8 @@ def default_state_dir():
 
 
 class EmbeddedStack:
-    """API + Placement (+ later conductor and agent) in this process."""
+    """API, Placement, conductor, agent (and Nova's events API) in this
+    process."""
 
     def __init__(self, state_dir, port=6666, placement_port=8778,
                  host_spec=None, conf=CONF, nova_port=8774,
@@ -88,7 +89,8 @@ class EmbeddedStack:
 
     def start(self):
         """Migrate, start Placement, register the compute node, start the
-        API. On return both servers are listening."""
+        conductor and the agent (one report done), then the API. On return
+        every server is listening."""
         from cyborg.api import app as api_app
         from cyborg.db import api as db_api
         from cyborg.db import migration
@@ -178,7 +180,6 @@ class EmbeddedStack:
     def stop(self):
         """Stop the servers (API first) and release the database."""
         from cyborg.db import api as db_api
-
         from cyborg import rpc
 
         if self._servers and self._servers[-1].name == 'cyborg-api':
