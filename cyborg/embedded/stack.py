@@ -4,8 +4,9 @@ State lives under one directory: cyborg.sqlite (our database) and
 placement.sqlite (Placement's). The API runs with auth_strategy=noauth,
 Placement with noauth2; both are served on loopback by threaded WSGI
 servers. The conductor and an agent (fake driver by default) talk over
-oslo.messaging's in-process transport. Nova's side is nova_cyborg_client: its external events API is served here
-too (unless nova_endpoint names another Nova), and [nova] points at it.
+oslo.messaging's in-process transport. Nova's side is nova_cyborg_client:
+its external events API is served here too (unless nova_endpoint names
+another Nova), and [nova] points at it.
 """
 
 import os
