@@ -2,9 +2,13 @@
 
     cyborg-manage [--config-file PATH] db sync [REVISION]
     cyborg-manage [--config-file PATH] db version
+    cyborg-manage [--config-file PATH] arq list-stuck [--older-than SECONDS]
 
 `db sync` upgrades [database] connection to REVISION (default: head);
-`db version` prints the current revision ("None" for an empty database).
+`db version` prints the current revision ("None" for an empty database);
+`arq list-stuck` prints the ARQs still in BindStarted after SECONDS
+(default 300, Nova's arq_binding_timeout): a conductor re-drives them, so
+any listed here point at an agent or a conductor that cannot finish.
 """
 
 import sys
@@ -29,6 +33,22 @@ def db_version():
     return migration.version()
 
 
+def stuck_arqs(older_than=300):
+    """{instance uuid: [ARQ uuid]} of ARQs BindStarted for older_than s."""
+    from cyborg.db import bindings
+    return bindings.bind_started(older_than)
+
+
+def _run_arq_list_stuck():
+    stuck = stuck_arqs(CONF.command.older_than)
+    for instance, arqs in sorted(stuck.items(), key=lambda i: str(i[0])):
+        for arq in arqs:
+            print('%s %s' % (instance, arq))
+    print('%d ARQ(s) in BindStarted for more than %ds'
+          % (sum(len(a) for a in stuck.values()), CONF.command.older_than),
+          file=sys.stderr)
+
+
 def _run_db_sync():
     print('Database at revision %s' % db_sync(CONF.command.revision))
 
@@ -48,6 +68,15 @@ def _add_parsers(subparsers):
     version = db_commands.add_parser(
         'version', help='Print the current schema revision.')
     version.set_defaults(func=_run_db_version)
+    arq = subparsers.add_parser('arq', help='Accelerator request commands.')
+    arq_commands = arq.add_subparsers(dest='action', metavar='{list-stuck}')
+    arq_commands.required = True
+    stuck = arq_commands.add_parser(
+        'list-stuck', help='Print "INSTANCE ARQ" for every ARQ still in '
+                           'BindStarted after --older-than seconds.')
+    stuck.add_argument('--older-than', type=int, default=300,
+                       metavar='SECONDS')
+    stuck.set_defaults(func=_run_arq_list_stuck)
 
 
 command_opt = cfg.SubCommandOpt('command', title='Commands',

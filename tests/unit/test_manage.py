@@ -68,3 +68,28 @@ def test_command_line(tmp_path):
     result = _manage('--config-file', str(conf), 'db', 'version')
     assert result.returncode == 0, result.stderr
     assert result.stdout == head + '\n'
+
+
+
+def test_arq_list_stuck(sqlite_database):
+    """Only ARQs in BindStarted for longer than asked are listed."""
+    import datetime
+    from cyborg.db import models
+    from tests.db import seed
+    arqs = models.ExtendedAcceleratorRequest.__table__
+    old = datetime.datetime.now() - datetime.timedelta(hours=1)
+    stuck, fresh, bound = seed.arq_requests(3)
+    for arq, state, instance in ((stuck, 'BindStarted', 'i-1'),
+                                 (fresh, 'BindStarted', 'i-2'),
+                                 (bound, 'Bound', 'i-3')):
+        with db_api.writer() as session:
+            session.execute(arqs.update().where(
+                arqs.c.uuid == arq['uuid']).values(
+                state=state, instance_uuid=instance))
+    with db_api.writer() as session:
+        session.execute(arqs.update().where(
+            arqs.c.uuid.in_([stuck['uuid'], bound['uuid']])).values(
+            updated_at=old))
+    assert manage.stuck_arqs(older_than=600) == {'i-1': [stuck['uuid']]}
+    assert manage.stuck_arqs(older_than=0) == {'i-1': [stuck['uuid']],
+                                               'i-2': [fresh['uuid']]}
