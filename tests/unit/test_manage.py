@@ -70,7 +70,6 @@ def test_command_line(tmp_path):
     assert result.stdout == head + '\n'
 
 
-
 def test_arq_list_stuck(sqlite_database):
     """Only ARQs in BindStarted for longer than asked are listed."""
     import datetime
