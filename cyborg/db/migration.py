@@ -29,3 +29,9 @@ def version(engine=None):
     with engine.connect() as connection:
         return alembic_migration.MigrationContext.configure(
             connection).get_current_revision()
+
+
+def head():
+    """The newest revision the code knows."""
+    from alembic import script
+    return script.ScriptDirectory(_SCRIPTS).get_current_head()
