@@ -82,8 +82,15 @@ def _start(tmp_path, database, started):
                 'placement': placement_url})
     args = ['--config-file', str(conf)]
     for name in ('cyborg-conductor', 'cyborg-agent', 'cyborg-api'):
-        started.append(processes.Process(
-            name, [processes.script(name)] + args, str(tmp_path)))
+        proc = processes.Process(name, [processes.script(name)] + args,
+                                 str(tmp_path))
+        started.append(proc)
+        if name == 'cyborg-conductor':
+            # Its queue must exist before the agent's first report: a
+            # message sent to a topic nobody consumes yet is dropped, and
+            # the agent would only retry after the RPC timeout.
+            proc.wait_for(lambda: 'cyborg-conductor started' in proc.logs(),
+                          'conductor start')
     api_url = 'http://127.0.0.1:%d/v2' % api_port
     started[-1].wait_for(lambda: _answers(api_url), 'API answer')
     return {'api': api_url, 'placement': placement_url, 'host': host,
