@@ -41,11 +41,24 @@ def _pecan_app():
         guess_content_type_from_ext=False)
 
 
+def _check_authtoken(conf):
+    """Refuse to start half-configured: without it keystonemiddleware can
+    not even answer 401 (every request would be a 500)."""
+    group = conf.keystone_authtoken
+    if not group.www_authenticate_uri:
+        raise RuntimeError(
+            '[api] auth_strategy = keystone needs [keystone_authtoken] '
+            'www_authenticate_uri and the service user\'s auth options '
+            '(auth_type, auth_url, username, ...); or set [api] '
+            'auth_strategy = noauth for a deployment without Keystone.')
+
+
 def setup_app(conf=CONF):
     app = _pecan_app()
     if conf.api.auth_strategy == 'keystone':
-        app = middleware.PublicRoutes(
-            app, auth_token.AuthProtocol(app, {'oslo_config_config': conf}))
+        protected = auth_token.AuthProtocol(app, {'oslo_config_config': conf})
+        _check_authtoken(conf)
+        app = middleware.PublicRoutes(app, protected)
     else:
         app = middleware.NoAuth(app, conf.api.noauth_project_id)
     app = middleware.Microversion(app)
