@@ -1,6 +1,8 @@
 """Helpers the benchmark scripts share (imported from the scripts'
 directory, which Python puts on sys.path)."""
 
+import http.client
+import json
 import math
 import os
 import subprocess
@@ -30,3 +32,35 @@ def git_revision():
         return rev + ('+dirty' if dirty else '')
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+class Client:
+    """One keep-alive HTTP connection to 127.0.0.1:port; a request the
+    server cut (it closed the idle connection) is sent once more."""
+
+    def __init__(self, port, timeout, prefix='', headers=None):
+        self.prefix = prefix
+        self.headers = headers or {}
+        self.conn = http.client.HTTPConnection('127.0.0.1', port,
+                                               timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None):
+        """(status, body bytes); body is sent as JSON."""
+        data = None if body is None else json.dumps(body).encode()
+        headers = dict(self.headers if headers is None else headers)
+        if data is not None:
+            headers.setdefault('Content-Type', 'application/json')
+        for attempt in (1, 2):
+            try:
+                self.conn.request(method, self.prefix + path, body=data,
+                                  headers=headers)
+                resp = self.conn.getresponse()
+                return resp.status, resp.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError,
+                    ConnectionResetError):
+                self.conn.close()
+                if attempt == 2:
+                    raise
+
+    def close(self):
+        self.conn.close()

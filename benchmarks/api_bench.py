@@ -73,7 +73,6 @@ DEFAULT_SERVER_URLS = {
 # What Nova's keystoneauth adapter sends: no Accept header, a JSON body
 # type on POST. (openstacksdk lists add Accept: application/json; the
 # benchmark probes that once and reports the answer.)
-JSON_BODY = {'Content-Type': 'application/json'}
 DP_GROUPS = [{'resources:CUSTOM_ACCELERATOR_GPU': '1',
               'trait:CUSTOM_GPU_NVIDIA': 'required'}]
 
@@ -361,30 +360,9 @@ class Server:
 # Load generator
 
 
-class Client:
-    """One keep-alive connection; reconnects when the server closes it."""
-
-    def __init__(self, port, timeout):
-        self.conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
-
-    def request(self, method, path, body=None):
-        data = None if body is None else json.dumps(body).encode()
-        for attempt in (1, 2):
-            try:
-                self.conn.request(method, path, body=data,
-                                  headers={} if data is None else JSON_BODY)
-                resp = self.conn.getresponse()
-                payload = resp.read()
-                return resp.status, payload
-            except (http.client.RemoteDisconnected, BrokenPipeError,
-                    ConnectionResetError):
-                # A keep-alive connection the server closed while idle.
-                self.conn.close()
-                if attempt == 2:
-                    raise
-
-    def close(self):
-        self.conn.close()
+def Client(port, timeout):
+    """A keep-alive connection to the API (JSON bodies)."""
+    return _common.Client(port, timeout)
 
 
 def run_phase(port, name, make_request, expect, count, concurrency,

@@ -59,7 +59,6 @@ arrivals. Exit status 0 when every bind was verified (targets missed or not),
 
 import argparse
 import datetime
-import http.client
 import http.server
 import json
 import math
@@ -488,38 +487,18 @@ class PySpy:
 # Client
 
 
-class Client:
+class Client(_common.Client):
     """One keep-alive connection with Nova's headers."""
 
     def __init__(self, port, prefix, timeout):
-        self.port, self.prefix, self.timeout = port, prefix, timeout
-        self.conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+        super().__init__(port, timeout, prefix=prefix, headers=NOVA_HEADERS)
 
-    def request(self, method, path, body=None, headers=NOVA_HEADERS):
-        data = None if body is None else json.dumps(body).encode()
-        for attempt in (1, 2):
-            try:
-                self.conn.request(method, self.prefix + path, body=data,
-                                  headers=headers)
-                resp = self.conn.getresponse()
-                payload = resp.read()
-                return resp.status, payload
-            except (http.client.RemoteDisconnected, BrokenPipeError,
-                    ConnectionResetError):
-                # A keep-alive connection the server closed while idle.
-                self.conn.close()
-                if attempt == 2:
-                    raise
-
-    def json(self, method, path, body=None, expect=200, headers=NOVA_HEADERS):
+    def json(self, method, path, body=None, expect=200, headers=None):
         status, payload = self.request(method, path, body, headers)
         if status != expect:
             raise RuntimeError('%s %s -> %s (expected %s): %s' % (
                 method, path, status, expect, payload[:500]))
         return json.loads(payload) if payload else None
-
-    def close(self):
-        self.conn.close()
 
 
 def bind_body(arq_uuid, hostname, rp_uuid, instance):
