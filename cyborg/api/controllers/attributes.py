@@ -26,9 +26,7 @@ class AttributeController:
     @index.when(method='GET')
     @base.handler()
     def get(self):
-        base.authorize('cyborg:attribute:get_one')
-        base.query()
-        return serialize(db.get(base.require_uuid(self.uuid, 'attribute')))
+        return base.show('attribute', self.uuid, db.get, serialize)
 
     @index.when(method='DELETE')
     @base.handler(204)

@@ -82,6 +82,14 @@ def query(*allowed):
     return params
 
 
+def show(resource, uuid, load, serialize):
+    """GET /v2/<resources>/<uuid>: policy first, no query parameters, a
+    400 for a non-uuid, the loader's 404, the serialized object."""
+    authorize('cyborg:%s:get_one' % resource)
+    query()
+    return serialize(load(require_uuid(uuid, resource)))
+
+
 def pagination(params):
     """limit (clipped to [api] max_limit) and marker from query params."""
     limit = params.get('limit')

@@ -33,9 +33,7 @@ class DeployableController:
     @index.when(method='GET')
     @base.handler()
     def get(self):
-        base.authorize('cyborg:deployable:get_one')
-        base.query()
-        return serialize(db.get(base.require_uuid(self.uuid, 'deployable')))
+        return base.show('deployable', self.uuid, db.get, serialize)
 
     @pecan.expose(generic=True)
     def program(self, *extra):

@@ -29,9 +29,7 @@ class DeviceController:
     @index.when(method='GET')
     @base.handler()
     def get(self):
-        base.authorize('cyborg:device:get_one')
-        base.query()
-        return serialize(db.get(base.require_uuid(self.uuid, 'device')))
+        return base.show('device', self.uuid, db.get, serialize)
 
     @pecan.expose(generic=True)
     def disable(self):
