@@ -67,8 +67,8 @@ class EmbeddedStack:
         if self.host_spec:
             conf.set_override('host_spec', self.host_spec,
                               group='fake_driver')
-        # Conductor and agent talk over oslo.messaging's in-process driver.
-        conf.set_override('transport_url', 'fake://')
+        # Conductor and agent talk in-process (cyborg.rpc.inproc).
+        conf.set_override('transport_url', 'inproc://')
 
     def _point_at_nova(self):
         """[nova] → the events API of nova_cyborg_client, served in this
