@@ -8,6 +8,10 @@ import os
 import subprocess
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_SERVER_URLS = {
+    'mysql': 'mysql+pymysql://root@127.0.0.1:3306/',
+    'postgresql': 'postgresql+psycopg2://postgres@127.0.0.1:5432/postgres',
+}
 
 
 def percentile(values, p):
@@ -64,3 +68,32 @@ class Client:
 
     def close(self):
         self.conn.close()
+
+
+def create_database(kind, name, server_url=None):
+    """CREATE DATABASE `name` on the MariaDB/PostgreSQL server; returns
+    (admin engine for drop_database, URL of the new database)."""
+    import sqlalchemy as sa
+    admin_url = sa.engine.make_url(server_url or DEFAULT_SERVER_URLS[kind])
+    admin = sa.create_engine(admin_url, isolation_level='AUTOCOMMIT')
+    with admin.connect() as conn:
+        if kind == 'mysql':
+            conn.execute(sa.text(
+                'CREATE DATABASE %s CHARACTER SET utf8mb4' % name))
+        else:
+            conn.execute(sa.text('CREATE DATABASE %s' % name))
+    url = admin_url.set(database=name)
+    if kind == 'mysql':
+        url = url.update_query_dict({'charset': 'utf8mb4'})
+    return admin, url.render_as_string(hide_password=False)
+
+
+def drop_database(admin, kind, name):
+    import sqlalchemy as sa
+    with admin.connect() as conn:
+        if kind == 'postgresql':
+            conn.execute(sa.text(
+                'DROP DATABASE IF EXISTS %s WITH (FORCE)' % name))
+        else:
+            conn.execute(sa.text('DROP DATABASE IF EXISTS %s' % name))
+    admin.dispose()

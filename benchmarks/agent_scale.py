@@ -85,10 +85,6 @@ warnings.filterwarnings('ignore', message=r'\s*Eventlet is deprecated')
 
 HOST = '127.0.0.1'
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_SERVER_URLS = {
-    'mysql': 'mysql+pymysql://root@127.0.0.1:3306/',
-    'postgresql': 'postgresql+psycopg2://postgres@127.0.0.1:5432/postgres',
-}
 RABBIT_URL = 'rabbit://guest:guest@127.0.0.1:5672/'
 PLACEMENT_MICROVERSION = '1.26'
 # GPU model reported by every simulated device (an H200, as in
@@ -159,7 +155,6 @@ class Database:
     """A throw-away database: created in __init__, dropped by drop()."""
 
     def __init__(self, kind, workdir, server_url=None, prefix='cyborg_bench'):
-        import sqlalchemy as sa
         self.kind = kind
         self.name = '%s_%s' % (prefix, uuid.uuid4().hex[:10])
         self._admin = None
@@ -167,18 +162,8 @@ class Database:
             self.url = 'sqlite:///%s' % os.path.join(workdir,
                                                      self.name + '.sqlite')
             return
-        admin_url = sa.engine.make_url(server_url or DEFAULT_SERVER_URLS[kind])
-        self._admin = sa.create_engine(admin_url, isolation_level='AUTOCOMMIT')
-        with self._admin.connect() as conn:
-            if kind == 'mysql':
-                conn.execute(sa.text(
-                    'CREATE DATABASE %s CHARACTER SET utf8mb4' % self.name))
-            else:
-                conn.execute(sa.text('CREATE DATABASE %s' % self.name))
-        url = admin_url.set(database=self.name)
-        if kind == 'mysql':
-            url = url.update_query_dict({'charset': 'utf8mb4'})
-        self.url = url.render_as_string(hide_password=False)
+        self._admin, self.url = _common.create_database(kind, self.name,
+                                                        server_url)
 
     def engine(self):
         import sqlalchemy as sa
@@ -207,16 +192,8 @@ class Database:
             engine.dispose()
 
     def drop(self):
-        import sqlalchemy as sa
-        if self._admin is None:
-            return  # the SQLite file goes with the temp dir
-        with self._admin.connect() as conn:
-            if self.kind == 'postgresql':
-                conn.execute(sa.text(
-                    'DROP DATABASE IF EXISTS %s WITH (FORCE)' % self.name))
-            else:
-                conn.execute(sa.text('DROP DATABASE IF EXISTS %s' % self.name))
-        self._admin.dispose()
+        if self._admin is not None:  # a SQLite file goes with the temp dir
+            _common.drop_database(self._admin, self.kind, self.name)
 
 
 # --------------------------------------------------------------------------
@@ -1187,7 +1164,7 @@ def main(argv=None):
     parser.add_argument('--server-url',
                         help='SQLAlchemy URL of the database server for '
                              'mysql/postgresql; default %s'
-                             % DEFAULT_SERVER_URLS)
+                             % _common.DEFAULT_SERVER_URLS)
     parser.add_argument('--placement-db', choices=('sqlite', 'mysql'),
                         default='mysql',
                         help="Placement's database (default mysql: a "

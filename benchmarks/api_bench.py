@@ -66,10 +66,6 @@ warnings.filterwarnings('ignore', message=r'\s*Eventlet is deprecated')
 HOST = '127.0.0.1'
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOAUTH_PROJECT = 'cyborg-bench-project'
-DEFAULT_SERVER_URLS = {
-    'mysql': 'mysql+pymysql://root@127.0.0.1:3306/',
-    'postgresql': 'postgresql+psycopg2://postgres@127.0.0.1:5432/postgres',
-}
 # What Nova's keystoneauth adapter sends: no Accept header, a JSON body
 # type on POST. (openstacksdk lists add Accept: application/json; the
 # benchmark probes that once and reports the answer.)
@@ -107,20 +103,8 @@ class Database:
         if kind == 'sqlite':
             self.url = 'sqlite:///%s' % os.path.join(workdir, 'cyborg.sqlite')
         else:
-            admin_url = sa.engine.make_url(server_url
-                                           or DEFAULT_SERVER_URLS[kind])
-            self._admin = sa.create_engine(admin_url,
-                                           isolation_level='AUTOCOMMIT')
-            with self._admin.connect() as conn:
-                if kind == 'mysql':
-                    conn.execute(sa.text('CREATE DATABASE %s CHARACTER SET '
-                                         'utf8mb4' % self.name))
-                else:
-                    conn.execute(sa.text('CREATE DATABASE %s' % self.name))
-            url = admin_url.set(database=self.name)
-            if kind == 'mysql':
-                url = url.update_query_dict({'charset': 'utf8mb4'})
-            self.url = url.render_as_string(hide_password=False)
+            self._admin, self.url = _common.create_database(
+                kind, self.name, server_url)
         self.engine = sa.create_engine(self.url)
 
     def server_version(self):
@@ -137,15 +121,8 @@ class Database:
 
     def drop(self):
         self.engine.dispose()
-        if self._admin is None:
-            return
-        with self._admin.connect() as conn:
-            if self.kind == 'postgresql':
-                conn.execute(sa.text(
-                    'DROP DATABASE IF EXISTS %s WITH (FORCE)' % self.name))
-            else:
-                conn.execute(sa.text('DROP DATABASE IF EXISTS %s' % self.name))
-        self._admin.dispose()
+        if self._admin is not None:
+            _common.drop_database(self._admin, self.kind, self.name)
 
 
 def _tables():
@@ -642,7 +619,7 @@ def main(argv=None):
                         help='SQLAlchemy URL of the database server for '
                              'mysql/postgresql (a throw-away database is '
                              'created on it); default %s'
-                             % DEFAULT_SERVER_URLS)
+                             % _common.DEFAULT_SERVER_URLS)
     parser.add_argument('--workers', type=int, default=2,
                         help='gunicorn worker processes (default 2)')
     parser.add_argument('--threads', type=int, default=1,
