@@ -1,5 +1,7 @@
 """The agent's periodic report pass and its RPC endpoint."""
 
+import threading
+
 from oslo_log import log
 import oslo_messaging as messaging
 from stevedore import driver as stevedore_driver
@@ -8,10 +10,10 @@ from cyborg.agent import providers
 from cyborg.common import loop
 from cyborg.conf import CONF
 from cyborg import context as cyborg_context
+from cyborg import drivers as drivers_pkg
 from cyborg.placement import client as placement
 
 LOG = log.getLogger(__name__)
-DRIVER_NAMESPACE = 'cyborg.accelerator.driver'
 
 
 class InvalidDriver(Exception):
@@ -23,10 +25,10 @@ def load_drivers(names):
     for name in names:
         try:
             drivers.append(stevedore_driver.DriverManager(
-                DRIVER_NAMESPACE, name, invoke_on_load=True).driver)
+                drivers_pkg.NAMESPACE, name, invoke_on_load=True).driver)
         except Exception as e:
             raise InvalidDriver('Cannot load accelerator driver %r from %s: '
-                                '%s' % (name, DRIVER_NAMESPACE, e))
+                                '%s' % (name, drivers_pkg.NAMESPACE, e))
     return drivers
 
 
@@ -62,6 +64,8 @@ class AgentManager:
                                setup=self._wait_for_compute_node)
         self._passes = 0
         self.last_writes = None
+        self._sync_lock = threading.RLock()
+        self._fenced = set()
 
     # RPC endpoint ----------------------------------------------------------
 
@@ -69,7 +73,10 @@ class AgentManager:
         self._loop.wake()
 
     def prepare(self, context, deployable_name, driver_name, handle):
-        return self._driver(driver_name).prepare(deployable_name, handle)
+        try:
+            return self._driver(driver_name).prepare(deployable_name, handle)
+        finally:
+            self._republish(driver_name)
 
     def release(self, context, handles):
         for handle in handles:
@@ -78,6 +85,24 @@ class AgentManager:
                     handle['deployable_name'], handle)
             except Exception:
                 LOG.exception('Releasing handle %s failed', handle['uuid'])
+        for name in {h['driver_name'] for h in handles}:
+            self._republish(name)
+
+    def _republish(self, driver_name):
+        """A driver whose inventories follow what is bound (MIG: what still
+        fits) tells Placement before the bind completes, so the next claim
+        is judged on the new layout."""
+        drv = self._driver(driver_name)
+        if not getattr(drv, 'inventory_follows_bindings', False):
+            return
+        try:
+            with self._sync_lock:
+                devices = self.discover()
+                self.sync.sync(providers.wanted_providers(
+                    self.nodename, devices, self._fenced))
+        except Exception as e:
+            LOG.warning('Could not republish inventories after a binding '
+                        'change (the next pass will): %s', e)
 
     def _driver(self, name):
         for drv in self.drivers:
@@ -100,15 +125,32 @@ class AgentManager:
         Returns (DB writes, Placement writes). A driver error aborts the
         pass: a partial report would look like vanished devices.
         """
-        devices = self.discover()
-        result = self.conductor_api.report_data(self.context, self.host,
-                                                devices)
-        wanted = providers.wanted_providers(self.nodename, devices,
-                                            set(result['fenced']))
-        writes = self.sync.sync(wanted, full=full)
+        with self._sync_lock:
+            devices = self.discover()
+            result = self.conductor_api.report_data(self.context, self.host,
+                                                    devices)
+            if self._reconcile(result.get('in_use', {})):
+                devices = self.discover()
+            self._fenced = set(result['fenced'])
+            wanted = providers.wanted_providers(self.nodename, devices,
+                                                self._fenced)
+            writes = self.sync.sync(wanted, full=full)
         self._passes += 1
         self.last_writes = (result['writes'], writes)
         return self.last_writes
+
+    def _reconcile(self, in_use):
+        """Tell drivers which handles bindings hold; record what they had
+        to re-make. True when a driver changed something."""
+        changed = False
+        for drv in self.drivers:
+            if not hasattr(drv, 'reconcile'):
+                continue
+            updates = drv.reconcile(in_use)
+            changed = changed or bool(updates)
+            if updates:
+                self.conductor_api.update_handles(self.context, updates)
+        return changed
 
     def start(self):
         self._loop.start()

@@ -53,15 +53,12 @@ def wanted_providers(nodename, devices, fenced_cpids=()):
     for device in devices:
         fenced = device.cpid_key in fenced_cpids
         for dep in device.deployables:
-            total = dep.num_accelerators
-            if total < 1:
+            if dep.num_accelerators < 1:
                 continue  # Placement refuses total=0: no provider then.
             wanted[provider_uuid(nodename, dep.name)] = {
                 'name': '%s_%s' % (nodename, dep.name),
                 'traits': frozenset(device_traits(device) | set(dep.traits)),
-                'inventories': {dep.resource_class: {
-                    'total': total, 'max_unit': total,
-                    'reserved': total if fenced else 0}},
+                'inventories': dep.placement_inventories(fenced),
             }
     return wanted
 

@@ -5,6 +5,7 @@ from oslo_db import exception as db_exc
 from oslo_log import log
 import oslo_messaging as messaging
 
+from cyborg.db import bindings
 from cyborg.db import host_inventory
 from cyborg.drivers import base
 
@@ -18,7 +19,7 @@ def _raced(exc):
 
 
 class ConductorManager:
-    target = messaging.Target(version='1.1')
+    target = messaging.Target(version='1.2')
 
     def __init__(self, binder=None):
         self.binder = binder
@@ -36,4 +37,11 @@ class ConductorManager:
                      hostname, len(devices), writes)
         return {'writes': writes,
                 'fenced': sorted(k for k, s in statuses.items()
-                                 if s == 'maintaining')}
+                                 if s == 'maintaining'),
+                'in_use': host_inventory.in_use_handles(hostname)}
+
+    def update_handles(self, context, updates):
+        """An agent re-made what a binding holds (e.g. a MIG instance
+        after a reboot): record its new attach info."""
+        for handle_uuid, info in updates.items():
+            bindings.update_handle_info(handle_uuid, info)

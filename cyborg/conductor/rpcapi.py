@@ -2,13 +2,14 @@
 
 1.0 - report_data
 1.1 - bind_arqs
+1.2 - update_handles; report_data also answers the host's in-use handles
 """
 
 from cyborg import rpc
 
 
 class ConductorAPI:
-    VERSION = '1.1'
+    VERSION = '1.2'
 
     def __init__(self, timeout=None):
         self.client = rpc.get_client(rpc.CONDUCTOR_TOPIC, self.VERSION,
@@ -24,3 +25,8 @@ class ConductorAPI:
         """Bind ARQs the API moved to BindStarted; answers nothing."""
         self.client.prepare(version='1.1').cast(context, 'bind_arqs',
                                                 arq_uuids=arq_uuids)
+
+    def update_handles(self, context, updates):
+        """Record attach info an agent re-made ({handle uuid: info})."""
+        self.client.prepare(version='1.2').call(context, 'update_handles',
+                                                updates=updates)

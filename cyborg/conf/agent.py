@@ -42,8 +42,32 @@ pci_driver_opts = [
                help='Root of sysfs (tests point it at a fake tree).'),
 ]
 
+nvidia_opts = [
+    cfg.StrOpt('sysfs_root', default='/sys',
+               help='Root of sysfs, where driver binding, SR-IOV and IOMMU '
+                    'state are read (tests point it at a fake tree).'),
+    cfg.BoolOpt('rebind_for_passthrough', default=False,
+                help='Let a whole-GPU bind move a GPU from the nvidia driver '
+                     'to the passthrough driver (and back at unbind) when '
+                     'the safety gates pass: no processes, no MIG '
+                     'instances, no VFs, IOMMU on. Off: only GPUs already '
+                     'on the passthrough driver are handed to VMs.'),
+    cfg.StrOpt('passthrough_driver', default='vfio-pci',
+               help='Kernel driver a GPU must be bound to for passthrough.'),
+    cfg.BoolOpt('enable_mig_on_demand', default=True,
+                help='Turn MIG mode on for an idle GPU when the first MIG '
+                     'instance is asked for (Hopper and later apply it at '
+                     'once; Ampere needs a GPU reset, so its bind fails '
+                     'with that reason instead).'),
+    cfg.StrOpt('geometry_cache',
+               help='JSON file remembering each GPU\'s MIG geometry, so a '
+                    'GPU handed to vfio-pci (invisible to NVML) keeps its '
+                    'inventory across agent restarts. Unset: memory only.'),
+]
+
 GROUPS = {
     'agent': agent_opts,
     'fake_driver': fake_driver_opts,
     'pci_driver': pci_driver_opts,
+    'nvidia': nvidia_opts,
 }

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from cyborg.common import exception
 from cyborg.db import api
 from cyborg.db import models
+from cyborg.drivers import base
 
 ARQ = models.ExtendedAcceleratorRequest.__table__
 DP = models.DeviceProfile.__table__
@@ -193,6 +194,13 @@ def free_handles(session, handle_ids):
     released = released_handles(session, handle_ids)
     session.execute(AH.update().where(AH.c.id.in_(handle_ids))
                     .values(in_use=False))
+    for handle in released:
+        # What prepare() recorded described the binding that just ended.
+        identity = base.handle_identity(handle['attach_info'])
+        if identity != json.loads(handle['attach_info']):
+            session.execute(AH.update().where(AH.c.uuid == handle['uuid'])
+                            .values(attach_info=base.canonical_json(
+                                identity)))
     return released
 
 

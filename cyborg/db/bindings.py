@@ -16,11 +16,13 @@ import sqlalchemy as sa
 from cyborg.db import api
 from cyborg.db import arqs
 from cyborg.db import models
+from cyborg import drivers
 
 ARQ = models.ExtendedAcceleratorRequest.__table__
 AH = models.AttachHandle.__table__
 DEPLOYABLE = models.Deployable.__table__
 DEVICE = models.Device.__table__
+DP = models.DeviceProfile.__table__
 
 BIND_STATUS = {'Bound': 'completed', 'BindFailed': 'failed',
                'Deleting': 'failed'}
@@ -72,8 +74,9 @@ def claim_handle(arq_uuid):
         if device['status'] != 'enabled':
             raise BindError('Device %s on %s is in maintenance'
                             % (device['uuid'], device['hostname']))
+        group = _request_group(session, arq)
         handle_id = arq['attach_handle_id'] or _take_free_handle(
-            session, dep)
+            session, dep, group)
         updated = session.execute(ARQ.update().where(
             ARQ.c.uuid == arq_uuid, ARQ.c.state == 'BindStarted').values(
             attach_handle_id=handle_id, deployable_id=dep['id']))
@@ -82,24 +85,38 @@ def claim_handle(arq_uuid):
         handle = session.execute(sa.select(AH).where(
             AH.c.id == handle_id)).mappings().one()
         return {'arq': dict(arq), 'deployable': dict(dep),
-                'device': dict(device), 'handle': dict(handle)}
+                'device': dict(device),
+                'handle': dict(handle, request_group=group)}
 
 
-def _take_free_handle(session, dep, attempts=5):
-    """Flip one free handle to in_use; a concurrent taker makes the
-    conditional UPDATE match nothing and we try the next one."""
+def _request_group(session, arq):
+    """The device-profile group the ARQ was made from: what the driver
+    needs to know to prepare the handle (e.g. which MIG size)."""
+    profile = session.execute(sa.select(DP.c.profile_json).where(
+        DP.c.id == arq['device_profile_id'])).scalar()
+    groups = json.loads(profile)['groups'] if profile else []
+    index = arq['device_profile_group_id']
+    return groups[index] if index < len(groups) else {}
+
+
+def _take_free_handle(session, dep, group, attempts=5):
+    """Flip one free handle that suits the request to in_use; a concurrent
+    taker makes the conditional UPDATE match nothing and we try the next
+    one."""
+    pick = drivers.handle_picker(dep['driver_name'])
     for _ in range(attempts):
-        candidate = session.execute(
-            sa.select(AH.c.id).where(AH.c.deployable_id == dep['id'],
-                                     AH.c.in_use == sa.false())
-            .order_by(AH.c.id).limit(1)).scalar()
-        if candidate is None:
+        free = session.execute(
+            sa.select(AH.c.id, AH.c.attach_type, AH.c.attach_info).where(
+                AH.c.deployable_id == dep['id'], AH.c.in_use == sa.false())
+            .order_by(AH.c.id)).mappings().all()
+        candidates = pick(dep, group, [dict(h) for h in free])
+        if not candidates:
             break
         taken = session.execute(AH.update().where(
-            AH.c.id == candidate, AH.c.in_use == sa.false()).values(
-            in_use=True))
+            AH.c.id == candidates[0]['id'], AH.c.in_use == sa.false())
+            .values(in_use=True))
         if taken.rowcount == 1:
-            return candidate
+            return candidates[0]['id']
     total = session.execute(sa.select(sa.func.count()).where(
         AH.c.deployable_id == dep['id'])).scalar()
     raise BindError('No free attach handle on deployable %s (%d in use)'

@@ -82,7 +82,8 @@ def _load(session, hostname):
         for h in session.execute(sa.select(HANDLE).where(
                 HANDLE.c.deployable_id.in_(dep_ids))).mappings():
             deployables[h['deployable_id']]['handles'][
-                (h['attach_type'], h['attach_info'])] = dict(h)
+                (h['attach_type'], base.handle_key(h['attach_info']))] = \
+                dict(h)
     return host
 
 
@@ -266,3 +267,23 @@ def _remove_device(session, writes, current):
     device_id = current['device']['id']
     writes.run(session, CPID.delete().where(CPID.c.device_id == device_id))
     writes.run(session, DEVICE.delete().where(DEVICE.c.id == device_id))
+
+
+def in_use_handles(hostname):
+    """{deployable name: [{uuid, attach_info}]} of the host's handles that
+    bindings hold: what its agent must treat as owned (e.g. MIG
+    instances)."""
+    query = (sa.select(HANDLE.c.uuid, HANDLE.c.attach_info,
+                       DEPLOYABLE.c.name)
+             .select_from(HANDLE.join(DEPLOYABLE, HANDLE.c.deployable_id
+                                      == DEPLOYABLE.c.id)
+                          .join(DEVICE, DEPLOYABLE.c.device_id
+                                == DEVICE.c.id))
+             .where(DEVICE.c.hostname == hostname,
+                    HANDLE.c.in_use == sa.true()))
+    out = {}
+    with api.reader() as session:
+        for row in session.execute(query).mappings():
+            out.setdefault(row['name'], []).append(
+                {'uuid': row['uuid'], 'attach_info': row['attach_info']})
+    return out

@@ -31,6 +31,24 @@ class Deployable:
     driver_name: str = None
     attributes: dict = dataclasses.field(default_factory=dict)
     rp_uuid: str = None         # filled in by the agent before reporting
+    # Several resource classes on one provider (e.g. a GPU's MIG slices and
+    # engines): {rc: {total, reserved, max_unit, ...}}. When unset the
+    # provider has `num_accelerators` of `resource_class`.
+    inventories: dict = None
+
+    def placement_inventories(self, fenced=False):
+        if self.inventories:
+            invs = {rc: dict(inv) for rc, inv in self.inventories.items()}
+        else:
+            total = self.num_accelerators
+            invs = {self.resource_class: {'total': total, 'max_unit': total,
+                                          'reserved': 0}}
+        for inv in invs.values():
+            inv.setdefault('max_unit', inv['total'])
+            inv.setdefault('reserved', 0)
+            if fenced:
+                inv['reserved'] = inv['total']
+        return invs
 
 
 @dataclasses.dataclass
@@ -62,6 +80,27 @@ class Device:
         return cls(**data)
 
 
+# Keys a driver's prepare() may add to a handle's attach info (a MIG
+# instance, the driver to restore). They describe the binding, not the
+# handle: reports match handles without them, and freeing drops them.
+PREPARED_KEYS = frozenset(('mig_uuid', 'mig_gi', 'mig_ci', 'mig_profile',
+                           'mig_start', 'restore_driver'))
+
+
+def handle_identity(attach_info):
+    """The attach info of a handle as its driver reports it."""
+    info = json.loads(attach_info) if isinstance(attach_info, str) \
+        else attach_info
+    return {k: v for k, v in info.items() if k not in PREPARED_KEYS}
+
+
+def handle_key(attach_info):
+    """A stored attach info (JSON) as the driver reports it, for diffs."""
+    if not any(k in attach_info for k in PREPARED_KEYS):
+        return attach_info
+    return canonical_json(handle_identity(attach_info))
+
+
 def cpid_key(cpid_type, cpid_info):
     """How a device is recognised across reports: its control-path id."""
     return '%s:%s' % (cpid_type, cpid_info)
@@ -79,6 +118,9 @@ class Driver(abc.ABC):
     """What an accelerator driver provides to the agent."""
 
     name = None
+    # True when what a binding takes changes the provider's inventories or
+    # traits (the agent then republishes them right after prepare/release).
+    inventory_follows_bindings = False
 
     @abc.abstractmethod
     def discover(self):
@@ -95,3 +137,10 @@ class Driver(abc.ABC):
 
     def release(self, deployable_name, handle):
         """Undo prepare() when the ARQ is unbound or deleted."""
+
+    @classmethod
+    def pick_handles(cls, deployable, request_group, handles):
+        """Which free handles of `deployable` (a DB row) suit a request
+        group ({"resources:RC": "n", "trait:T": "required", ...}); the
+        conductor takes the first it can claim. Default: any."""
+        return handles

@@ -1,0 +1,1 @@
+"""NVIDIA GPUs through NVML: whole-GPU passthrough and MIG on demand."""

@@ -1,0 +1,380 @@
+"""The few NVML operations the driver needs, behind one small interface.
+
+`NvmlBackend` speaks in plain records (GPU, MIG profile, GPU instance) so
+the allocator and the driver never touch ctypes. `PynvmlBackend` is the one
+implementation: NVIDIA's own `nvidia-ml-py` bindings (module `pynvml`) over
+the real libnvidia-ml, or over the fake C layer in tests. Everything read
+from NVML is read, never assumed: profile ids, placements and memory sizes
+vary by GPU model and driver branch.
+"""
+
+import ctypes
+import dataclasses
+import threading
+import time
+
+from oslo_log import log
+
+LOG = log.getLogger(__name__)
+
+# NVML error → why a host has no usable NVIDIA stack, in operator terms.
+_INIT_REASONS = {
+    'LibraryNotFound': 'libnvidia-ml.so.1 was not found (is the NVIDIA '
+                       'driver installed?)',
+    'DriverNotLoaded': 'the NVIDIA kernel driver is not loaded',
+    'LibRmVersionMismatch': 'libnvidia-ml and the loaded kernel module are '
+                            'different versions (reboot after a driver '
+                            'upgrade?)',
+    'NoPermission': 'no permission to talk to the NVIDIA driver',
+}
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used on this host; the message says why."""
+
+
+class NvmlError(Exception):
+    """An NVML call failed; `kind` is the NVMLError_* suffix."""
+
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclasses.dataclass(frozen=True)
+class MigProfile:
+    id: int                 # the GPU instance profile id NVML creates by
+    name: str               # e.g. "3g.71gb"
+    slices: int             # memory slices (placement size)
+    compute_slices: int     # SM slices (NVML sliceCount)
+    multiprocessors: int
+    memory_mib: int
+    max_instances: int
+    placements: tuple       # legal starts, each of `slices` memory slices
+    decoders: int
+    jpegs: int
+    ofas: int
+    copy_engines: int
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuInstance:
+    gi_id: int
+    profile_id: int
+    start: int
+    size: int
+    ci_ids: tuple = ()
+    mig_uuids: tuple = ()
+
+
+@dataclasses.dataclass
+class Gpu:
+    uuid: str
+    address: str            # sysfs form, 0000:1b:00.0
+    name: str
+    product_id: str         # PCI device id, 4 hex digits
+    memory_total: int       # bytes
+    memory_reserved: int    # bytes the driver keeps for itself
+    compute_capability: tuple
+    numa_node: int = None
+    mig_current: int = None  # None: not MIG capable
+    mig_pending: int = None
+    profiles: tuple = ()     # MigProfile, empty when not MIG capable
+    processes: tuple = ()    # (pid, used bytes or None, gi id, ci id)
+
+    @property
+    def mig_capable(self):
+        return bool(self.profiles)
+
+
+class NvmlBackend:
+    """The interface the NVIDIA driver uses (documented by PynvmlBackend)."""
+
+    def open(self):
+        raise NotImplementedError
+
+    def gpus(self):
+        raise NotImplementedError
+
+    def instances(self, uuid):
+        raise NotImplementedError
+
+    def set_mig_mode(self, uuid, enabled):
+        raise NotImplementedError
+
+    def create_instance(self, uuid, profile_id, start):
+        raise NotImplementedError
+
+    def destroy_instance(self, uuid, gi_id):
+        raise NotImplementedError
+
+
+def _kind(exc):
+    return type(exc).__name__.replace('NVMLError_', '')
+
+
+class PynvmlBackend(NvmlBackend):
+
+    def __init__(self, destroy_retries=5, retry_delay=0.5):
+        self._lock = threading.Lock()
+        self._opened = False
+        self.destroy_retries = destroy_retries
+        self.retry_delay = retry_delay
+        self.N = None
+
+    def open(self):
+        """Initialise NVML once; NvmlUnavailable says why it cannot be."""
+        with self._lock:
+            if self._opened:
+                return
+            try:
+                import pynvml
+            except ImportError:
+                raise NvmlUnavailable('the nvidia-ml-py package (module '
+                                      'pynvml) is not installed')
+            try:
+                pynvml.nvmlInit()
+            except pynvml.NVMLError as e:
+                kind = _kind(e)
+                raise NvmlUnavailable(_INIT_REASONS.get(
+                    kind, 'NVML initialisation failed: %s' % e))
+            self.N = pynvml
+            self._opened = True
+            LOG.info('NVML %s, driver %s',
+                     self._call(pynvml.nvmlSystemGetNVMLVersion),
+                     self._call(pynvml.nvmlSystemGetDriverVersion))
+
+    def close(self):
+        with self._lock:
+            if self._opened:
+                self.N.nvmlShutdown()
+                self._opened = False
+
+    def _call(self, fn, *args, default=Ellipsis):
+        """Call NVML; NotSupported-style errors give `default` if one is
+        given, everything else becomes NvmlError."""
+        try:
+            return fn(*args)
+        except self.N.NVMLError as e:
+            kind = _kind(e)
+            if default is not Ellipsis and kind in (
+                    'NotSupported', 'InvalidArgument', 'NotFound',
+                    'FunctionNotFound', 'NoData'):
+                return default
+            raise NvmlError(kind, '%s: %s' % (fn.__name__, e))
+
+    def _handle(self, uuid):
+        return self._call(self.N.nvmlDeviceGetHandleByUUID, uuid)
+
+    # Discovery -------------------------------------------------------------
+
+    def gpus(self):
+        N = self.N
+        out = []
+        for index in range(self._call(N.nvmlDeviceGetCount)):
+            h = self._call(N.nvmlDeviceGetHandleByIndex, index)
+            out.append(self._gpu(h))
+        return out
+
+    def _gpu(self, h):
+        N = self.N
+        pci = self._call(N.nvmlDeviceGetPciInfo, h)
+        memory = self._call(N.nvmlDeviceGetMemoryInfo, h, N.nvmlMemory_v2,
+                            default=None)
+        if memory is None:
+            memory = self._call(N.nvmlDeviceGetMemoryInfo, h)
+        mig = self._call(N.nvmlDeviceGetMigMode, h, default=None)
+        numa = self._call(N.nvmlDeviceGetNumaNodeId, h, default=None)
+        return Gpu(
+            uuid=self._call(N.nvmlDeviceGetUUID, h),
+            address='%04x:%02x:%02x.0' % (pci.domain, pci.bus, pci.device),
+            name=self._call(N.nvmlDeviceGetName, h),
+            product_id='%04x' % (pci.pciDeviceId >> 16),
+            memory_total=memory.total,
+            memory_reserved=getattr(memory, 'reserved', 0),
+            compute_capability=tuple(self._call(
+                N.nvmlDeviceGetCudaComputeCapability, h)),
+            numa_node=numa,
+            mig_current=mig[0] if mig else None,
+            mig_pending=mig[1] if mig else None,
+            profiles=self._profiles(h) if mig else (),
+            processes=self._processes(h))
+
+    def _profiles(self, h):
+        N = self.N
+        out = []
+        for enum in range(N.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            info = self._call(N.nvmlDeviceGetGpuInstanceProfileInfo, h, enum,
+                              default=None)
+            if info is None:
+                continue
+            placements = self._placements(h, info.id)
+            if not placements:
+                continue
+            out.append(MigProfile(
+                id=info.id, name=str(info.name).removeprefix('MIG '),
+                slices=placements[0][1], compute_slices=info.sliceCount,
+                multiprocessors=info.multiprocessorCount,
+                memory_mib=info.memorySizeMB,
+                max_instances=info.instanceCount,
+                placements=tuple(start for start, _ in placements),
+                decoders=info.decoderCount, jpegs=info.jpegCount,
+                ofas=info.ofaCount, copy_engines=info.copyEngineCount))
+        return tuple(out)
+
+    def _placements(self, h, profile_id):
+        N = self.N
+        count = ctypes.c_uint(0)
+        self._call(N.nvmlDeviceGetGpuInstancePossiblePlacements, h,
+                   profile_id, None, ctypes.byref(count))
+        array = (N.c_nvmlGpuInstancePlacement_t * max(count.value, 1))()
+        self._call(N.nvmlDeviceGetGpuInstancePossiblePlacements, h,
+                   profile_id, array, ctypes.byref(count))
+        return [(array[i].start, array[i].size) for i in range(count.value)]
+
+    def _processes(self, h):
+        procs = self._call(self.N.nvmlDeviceGetComputeRunningProcesses, h,
+                           default=[])
+        return tuple((p.pid, p.usedGpuMemory,
+                      getattr(p, 'gpuInstanceId', None),
+                      getattr(p, 'computeInstanceId', None)) for p in procs)
+
+    # MIG -------------------------------------------------------------------
+
+    def _gi_handles(self, h, profile_ids):
+        N = self.N
+        for profile_id in profile_ids:
+            count = ctypes.c_uint(0)
+            array = (N.c_nvmlGpuInstance_t * 8)()
+            self._call(N.nvmlDeviceGetGpuInstances, h, profile_id, array,
+                       ctypes.byref(count))
+            for i in range(count.value):
+                yield array[i]
+
+    def instances(self, uuid):
+        """Every live GPU instance with its compute instances and MIG UUIDs
+        (ours and anybody else's)."""
+        N = self.N
+        h = self._handle(uuid)
+        profiles = self._profiles(h)
+        mig_uuids = self._mig_uuids(h)
+        out = []
+        for gi in self._gi_handles(h, [p.id for p in profiles]):
+            info = self._call(N.nvmlGpuInstanceGetInfo, gi)
+            ci_ids = tuple(sorted(self._ci_ids(gi)))
+            out.append(GpuInstance(
+                gi_id=info.id, profile_id=info.profileId,
+                start=info.placement.start, size=info.placement.size,
+                ci_ids=ci_ids,
+                mig_uuids=tuple(mig_uuids[(info.id, c)] for c in ci_ids
+                                if (info.id, c) in mig_uuids)))
+        return sorted(out, key=lambda i: i.start)
+
+    def _ci_handles(self, gi):
+        N = self.N
+        for enum in range(N.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+            ci_profile = self._call(
+                N.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, enum,
+                N.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, default=None)
+            if ci_profile is None:
+                continue
+            count = ctypes.c_uint(0)
+            array = (N.c_nvmlComputeInstance_t * 8)()
+            self._call(N.nvmlGpuInstanceGetComputeInstances, gi,
+                       ci_profile.id, array, ctypes.byref(count))
+            for i in range(count.value):
+                yield array[i]
+
+    def _ci_ids(self, gi):
+        return [self._call(self.N.nvmlComputeInstanceGetInfo, ci).id
+                for ci in self._ci_handles(gi)]
+
+    def _mig_uuids(self, h):
+        """(gi id, ci id) → MIG-… UUID of every MIG device on the GPU."""
+        N = self.N
+        out = {}
+        for i in range(self._call(N.nvmlDeviceGetMaxMigDeviceCount, h,
+                                  default=0)):
+            mig = self._call(N.nvmlDeviceGetMigDeviceHandleByIndex, h, i,
+                             default=None)
+            if mig is None:
+                continue
+            out[(self._call(N.nvmlDeviceGetGpuInstanceId, mig),
+                 self._call(N.nvmlDeviceGetComputeInstanceId, mig))] = \
+                self._call(N.nvmlDeviceGetUUID, mig)
+        return out
+
+    def set_mig_mode(self, uuid, enabled):
+        """Returns (current, pending) after asking for the mode."""
+        N = self.N
+        h = self._handle(uuid)
+        self._call(N.nvmlDeviceSetMigMode, h,
+                   N.NVML_DEVICE_MIG_ENABLE if enabled
+                   else N.NVML_DEVICE_MIG_DISABLE)
+        return tuple(self._call(N.nvmlDeviceGetMigMode, h))
+
+    def create_instance(self, uuid, profile_id, start):
+        """A GPU instance at an explicit placement plus one compute
+        instance spanning it; returns the GpuInstance with its MIG UUID.
+        The GI is destroyed again if the CI cannot be made."""
+        N = self.N
+        h = self._handle(uuid)
+        size = next(p.slices for p in self._profiles(h) if p.id == profile_id)
+        placement = N.c_nvmlGpuInstancePlacement_t(start, size)
+        gi = self._call(N.nvmlDeviceCreateGpuInstanceWithPlacement, h,
+                        profile_id, ctypes.byref(placement))
+        try:
+            info = self._call(N.nvmlGpuInstanceGetInfo, gi)
+            ci_profile = self._full_ci_profile(gi)
+            ci = self._call(N.nvmlGpuInstanceCreateComputeInstance, gi,
+                            ci_profile.id)
+            ci_id = self._call(N.nvmlComputeInstanceGetInfo, ci).id
+        except NvmlError:
+            self._call(N.nvmlGpuInstanceDestroy, gi, default=None)
+            raise
+        mig_uuid = self._mig_uuids(h).get((info.id, ci_id))
+        return GpuInstance(gi_id=info.id, profile_id=profile_id,
+                           start=info.placement.start,
+                           size=info.placement.size, ci_ids=(ci_id,),
+                           mig_uuids=(mig_uuid,) if mig_uuid else ())
+
+    def _full_ci_profile(self, gi):
+        """The compute-instance profile that spans the whole GI: the one
+        with the most SM slices."""
+        N = self.N
+        best = None
+        for enum in range(N.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+            if enum == N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1:
+                continue
+            p = self._call(N.nvmlGpuInstanceGetComputeInstanceProfileInfo,
+                           gi, enum,
+                           N.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                           default=None)
+            if p is not None and (best is None
+                                  or p.sliceCount > best.sliceCount):
+                best = p
+        if best is None:
+            raise NvmlError('NotSupported',
+                            'no compute instance profile for this GI')
+        return best
+
+    def destroy_instance(self, uuid, gi_id):
+        """Destroy a GI's compute instances, then the GI; a GI that is
+        briefly still in use after its CIs went is retried."""
+        N = self.N
+        h = self._handle(uuid)
+        gi = self._call(N.nvmlDeviceGetGpuInstanceById, h, gi_id,
+                        default=None)
+        if gi is None:
+            return False
+        for ci in list(self._ci_handles(gi)):
+            self._call(N.nvmlComputeInstanceDestroy, ci)
+        for attempt in range(self.destroy_retries):
+            try:
+                self._call(N.nvmlGpuInstanceDestroy, gi)
+                return True
+            except NvmlError as e:
+                if e.kind != 'InUse' or attempt + 1 == self.destroy_retries:
+                    raise
+                time.sleep(self.retry_delay)
+        return False

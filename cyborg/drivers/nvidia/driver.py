@@ -1,0 +1,470 @@
+"""The `nvidia` accelerator driver: one deployable per physical GPU.
+
+Discovery joins two views: sysfs (every NVIDIA function and the kernel
+driver that holds it; VFs are never reported as GPUs) and NVML (identity,
+memory, compute capability, MIG profiles and live GPU instances of the GPUs
+bound to `nvidia`). A GPU handed to vfio-pci is invisible to NVML, so its
+geometry comes from what NVML said before.
+
+Binding: a request for the whole provider takes the physical function's PCI
+handle and needs the GPU on the passthrough driver (rebinding only behind
+the safety gates); a request for fewer memory slices names a MIG profile,
+for which a GPU instance + compute instance are created at a placement the
+packing policy picks, and released (CI, then GI) at unbind.
+"""
+
+import collections
+import json
+import os
+import threading
+
+from oslo_log import log
+
+from cyborg.conf import CONF
+from cyborg.drivers import base
+from cyborg.drivers.nvidia import backend as nvml
+from cyborg.drivers.nvidia import mig
+from cyborg.drivers.nvidia import resources
+from cyborg.drivers.nvidia import sysfs as sysfs_mod
+
+LOG = log.getLogger(__name__)
+
+MODES = {'nvidia': 'Compute', None: 'Unbound'}
+
+
+class PrepareError(Exception):
+    """The bind cannot be done; the message is the ARQ's failure reason."""
+
+
+def _is_whole(deployable_total, group):
+    """A request for every memory slice of the provider is whole-GPU."""
+    vector = resources.request_vector(group or {})
+    return vector.get(resources.MEM_SLICE, deployable_total) \
+        >= deployable_total
+
+
+def _info(handle):
+    info = handle.get('attach_info') or {}
+    return json.loads(info) if isinstance(info, str) else dict(info)
+
+
+class NvidiaDriver(base.Driver):
+    name = 'nvidia'
+    inventory_follows_bindings = True
+
+    def __init__(self, backend=None, sysfs=None):
+        self.backend = backend or nvml.PynvmlBackend()
+        self.sysfs = sysfs or sysfs_mod.Sysfs(CONF.nvidia.sysfs_root)
+        self._locks = collections.defaultdict(threading.Lock)
+        self._geometry = self._load_geometry()   # address → Gpu
+        self._claimed = {}    # address → {(profile name, start)} from the DB
+        self._mine = collections.defaultdict(set)   # created, not yet in DB
+        self._unavailable = None
+
+    # Discovery -------------------------------------------------------------
+
+    def _nvml_gpus(self):
+        try:
+            self.backend.open()
+            gpus = {g.address: g for g in self.backend.gpus()}
+        except (nvml.NvmlUnavailable, nvml.NvmlError) as e:
+            if str(e) != self._unavailable:
+                LOG.error('NVIDIA GPUs are not reported on this host: %s', e)
+                self._unavailable = str(e)
+            return None
+        if self._unavailable is not None:
+            LOG.info('NVML is usable again')
+            self._unavailable = None
+        return gpus
+
+    def discover(self):
+        gpus = self._nvml_gpus()
+        if gpus is None:
+            return []
+        functions = {f['address']: f for f in self.sysfs.nvidia_gpus()}
+        iommu = self.sysfs.iommu_enabled()
+        devices = []
+        for address in sorted(set(gpus) | {a for a, f in functions.items()
+                                           if f['physfn'] is None}):
+            function = functions.get(address, {'driver': 'nvidia',
+                                               'vfs': [], 'numa_node': -1})
+            gpu = gpus.get(address)
+            if gpu is not None:
+                self._remember(gpu)
+                instances = self._instances(gpu)
+            else:
+                gpu = self._geometry.get(address)
+                instances = None
+            if gpu is None:
+                LOG.warning('GPU %s is bound to %s and NVML has never seen '
+                            'it; skipping it until it is bound to nvidia '
+                            'once', address, function['driver'] or 'nothing')
+                continue
+            devices.append(self._device(gpu, function, instances, iommu))
+        return devices
+
+    def _instances(self, gpu):
+        if not gpu.mig_capable or gpu.mig_current != 1:
+            return []
+        return self.backend.instances(gpu.uuid)
+
+    def _slots(self, gpu, instances):
+        by_id = {p.id: p for p in gpu.profiles}
+        return [mig.Slot(i.profile_id, i.start, i.size) for i in instances
+                if i.profile_id in by_id]
+
+    def _orphans(self, gpu, slots):
+        names = {p.id: p.name for p in gpu.profiles}
+        known = self._claimed.get(gpu.address, set()) | self._mine[gpu.address]
+        return [s for s in slots if (names[s.profile_id], s.start) not in known]
+
+    def _device(self, gpu, function, instances, iommu):
+        whole_in_use = instances is None
+        slots = self._slots(gpu, instances or [])
+        orphans = self._orphans(gpu, slots)
+        if orphans:
+            LOG.warning('GPU %s has MIG instances nobody owns: %s; they are '
+                        'kept out of Placement until an admin reclaims them',
+                        gpu.address, self._describe(gpu, orphans))
+        invs = resources.inventories(gpu.profiles, slots, orphans,
+                                     whole_in_use)
+        traits = (resources.static_traits(gpu, iommu)
+                  | resources.fit_traits(gpu.profiles, slots, whole_in_use))
+        attributes = {'gpu_uuid': gpu.uuid}
+        if orphans:
+            attributes['mig_orphans'] = self._describe(gpu, orphans)
+        deployable = base.Deployable(
+            name=gpu.address,
+            num_accelerators=invs[resources.MEM_SLICE]['total'],
+            resource_class=resources.MEM_SLICE, traits=sorted(traits),
+            attach_handles=self._handles(gpu, function),
+            driver_name=self.name, attributes=attributes, inventories=invs)
+        board = {'product_id': gpu.product_id,
+                 'numa_node': function['numa_node'],
+                 'driver': function['driver'],
+                 'mode': MODES.get(function['driver'], 'Passthrough'
+                                   if function['driver']
+                                   == CONF.nvidia.passthrough_driver
+                                   else 'Unknown'),
+                 'uuid': gpu.uuid,
+                 'memory_mib': gpu.memory_total // (1 << 20),
+                 'compute_capability': '%d.%d' % tuple(
+                     gpu.compute_capability[:2]),
+                 'mig_mode': gpu.mig_current}
+        return base.Device(
+            type='GPU', vendor=sysfs_mod.NVIDIA_VENDOR,
+            product_id=gpu.product_id, model=gpu.name,
+            controlpath_id={'cpid_type': 'PCI',
+                            'cpid_info': base.pci_info(gpu.address)},
+            deployables=[deployable], std_board_info=board,
+            vendor_board_info=gpu.uuid)
+
+    @staticmethod
+    def _describe(gpu, slots):
+        names = {p.id: p.name for p in gpu.profiles}
+        return ','.join('%s@%d' % (names[s.profile_id], s.start)
+                        for s in slots)
+
+    @staticmethod
+    def _handles(gpu, function):
+        """The physical function for whole use; for MIG, one handle per
+        instance the GPU can hold: its VFs when SR-IOV is on (what a
+        hypervisor passes through for MIG-backed vGPU), else MDEV handles
+        whose MIG UUID serves non-VM consumers."""
+        handles = [base.AttachHandle('PCI', base.pci_info(gpu.address))]
+        if not gpu.mig_capable:
+            return handles
+        most = max(p.max_instances for p in gpu.profiles)
+        if function['vfs']:
+            handles += [base.AttachHandle('PCI', base.pci_info(vf))
+                        for vf in function['vfs'][:most]]
+        else:
+            handles += [base.AttachHandle('MDEV', dict(
+                base.pci_info(gpu.address), mig_slot=str(n)))
+                for n in range(most)]
+        return handles
+
+    # Geometry cache ----------------------------------------------------------
+
+    def _remember(self, gpu):
+        before = self._geometry.get(gpu.address)
+        self._geometry[gpu.address] = gpu
+        if CONF.nvidia.geometry_cache and (
+                before is None or before.profiles != gpu.profiles
+                or before.uuid != gpu.uuid):
+            self._save_geometry()
+
+    def _load_geometry(self):
+        path = CONF.nvidia.geometry_cache
+        if not path or not os.path.exists(path):
+            return {}
+        try:
+            with open(path) as f:
+                raw = json.load(f)
+            return {a: nvml.Gpu(**dict(
+                g, compute_capability=tuple(g['compute_capability']),
+                processes=(),
+                profiles=tuple(nvml.MigProfile(**dict(
+                    p, placements=tuple(p['placements'])))
+                    for p in g['profiles'])))
+                for a, g in raw.items()}
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            LOG.warning('Ignoring unreadable GPU geometry cache %s: %s',
+                        path, e)
+            return {}
+
+    def _save_geometry(self):
+        path = CONF.nvidia.geometry_cache
+        tmp = path + '.tmp'
+        with open(tmp, 'w') as f:
+            json.dump({a: dict(vars(g), processes=[],
+                               profiles=[vars(p) for p in g.profiles])
+                       for a, g in self._geometry.items()}, f, indent=1,
+                      default=list)
+        os.replace(tmp, path)
+
+    # Ownership from the DB -------------------------------------------------
+
+    def reconcile(self, prepared):
+        """Learn which MIG instances bound ARQs own ({deployable name:
+        [handle {uuid, attach_info}]}); re-create those a reboot destroyed.
+        Returns {handle uuid: new attach info} for re-created ones."""
+        updates = {}
+        claimed = {}
+        for address, handles in prepared.items():
+            infos = [(h['uuid'], _info(h)) for h in handles]
+            claimed[address] = {(i['mig_profile'], int(i['mig_start']))
+                                for _, i in infos if 'mig_start' in i}
+            with self._locks[address]:
+                self._mine[address] -= claimed[address]
+                updates.update(self._recreate_lost(address, infos))
+        self._claimed = claimed
+        return updates
+
+    def _recreate_lost(self, address, infos):
+        gpu = self._geometry.get(address)
+        wanted = [(u, i) for u, i in infos if 'mig_start' in i]
+        if gpu is None or not wanted or self.sysfs.driver(address) != 'nvidia':
+            return {}
+        live = {(i.profile_id, i.start) for i in self._instances(gpu)}
+        by_name = {p.name: p for p in gpu.profiles}
+        updates = {}
+        for handle_uuid, info in wanted:
+            profile = by_name.get(info['mig_profile'])
+            start = int(info['mig_start'])
+            if profile is None or (profile.id, start) in live:
+                continue
+            LOG.warning('MIG instance %s@%d of handle %s on %s is gone (GPU '
+                        'reset or host reboot?); re-creating it',
+                        profile.name, start, handle_uuid, address)
+            try:
+                self._ensure_mig_mode(gpu)
+                created = self.backend.create_instance(gpu.uuid, profile.id,
+                                                       start)
+            except (PrepareError, nvml.NvmlError) as e:
+                LOG.error('Could not re-create MIG instance %s@%d on %s: %s',
+                          profile.name, start, address, e)
+                continue
+            updates[handle_uuid] = self._mig_info(profile, created)
+        return updates
+
+    # Binding ---------------------------------------------------------------
+
+    @classmethod
+    def pick_handles(cls, deployable, request_group, handles):
+        pf = base.pci_info(deployable['name'])
+        whole = _is_whole(deployable['num_accelerators'], request_group)
+        return [h for h in handles
+                if (_info(h) == pf) == whole]
+
+    def prepare(self, deployable_name, handle):
+        address = deployable_name
+        with self._locks[address]:
+            gpu = self._geometry.get(address)
+            if gpu is None:
+                raise PrepareError('GPU %s is not known to the nvidia driver '
+                                   'on this host' % address)
+            total = resources.totals(gpu.profiles)[resources.MEM_SLICE]
+            group = handle.get('request_group') or {}
+            if _is_whole(total, group):
+                return self._prepare_whole(gpu)
+            return self._prepare_mig(gpu, group, _info(handle))
+
+    def release(self, deployable_name, handle):
+        address = deployable_name
+        info = _info(handle)
+        with self._locks[address]:
+            if 'mig_start' in info:
+                self._release_mig(address, info)
+            elif info.get('restore_driver'):
+                self.sysfs.rebind(address, info['restore_driver'])
+                LOG.info('GPU %s returned to %s', address,
+                         info['restore_driver'])
+
+    # Whole GPU -------------------------------------------------------------
+
+    def _prepare_whole(self, gpu):
+        target = CONF.nvidia.passthrough_driver
+        current = self.sysfs.driver(gpu.address)
+        if current == target:
+            return None
+        blockers = self._rebind_blockers(gpu)
+        if blockers:
+            raise PrepareError('GPU %s is bound to %s, not %s, and cannot be '
+                               'rebound: %s' % (gpu.address,
+                                                current or 'no driver',
+                                                target, '; '.join(blockers)))
+        if not CONF.nvidia.rebind_for_passthrough:
+            raise PrepareError('GPU %s is bound to %s, not %s; bind it to %s '
+                               'or set [nvidia] rebind_for_passthrough'
+                               % (gpu.address, current or 'no driver',
+                                  target, target))
+        try:
+            self.sysfs.rebind(gpu.address, target)
+        except sysfs_mod.RebindError as e:
+            raise PrepareError(str(e))
+        LOG.info('GPU %s moved from %s to %s for passthrough', gpu.address,
+                 current, target)
+        return {'restore_driver': current or ''}
+
+    def _rebind_blockers(self, gpu):
+        """The safety gates in front of a rebind, as reasons."""
+        blockers = []
+        if not self.sysfs.iommu_enabled():
+            blockers.append('the IOMMU is off')
+        vfs = self.sysfs.sriov(gpu.address)['vfs']
+        if vfs:
+            blockers.append('%d SR-IOV VFs are enabled' % len(vfs))
+        if self.sysfs.driver(gpu.address) == 'nvidia':
+            live = self.backend.gpus()
+            now = next((g for g in live if g.address == gpu.address), gpu)
+            if now.processes:
+                blockers.append('%d processes use it' % len(now.processes))
+            if self._instances(now):
+                blockers.append('it has MIG instances')
+        return blockers
+
+    # MIG -------------------------------------------------------------------
+
+    def _prepare_mig(self, gpu, group, info):
+        vector = resources.request_vector(group)
+        if not gpu.mig_capable:
+            raise PrepareError('GPU %s (%s) does not support MIG'
+                               % (gpu.address, gpu.name))
+        profile = mig.match_profile(
+            gpu.profiles, vector.get(resources.MEM_SLICE),
+            vector.get(resources.COMPUTE_SLICE), vector.get(resources.OFA))
+        if profile is None:
+            raise PrepareError(
+                'No MIG profile of %s takes %s memory slices and %s compute '
+                'slices' % (gpu.name, vector.get(resources.MEM_SLICE),
+                            vector.get(resources.COMPUTE_SLICE, 'any')))
+        if self.sysfs.driver(gpu.address) != 'nvidia':
+            raise PrepareError('GPU %s is bound to %s; MIG needs the nvidia '
+                               'driver' % (gpu.address,
+                                           self.sysfs.driver(gpu.address)
+                                           or 'no driver'))
+        gpu = self._live(gpu)
+        self._ensure_mig_mode(gpu)
+        instances = self.backend.instances(gpu.uuid)
+        existing = self._existing(profile, instances, info)
+        if existing is not None:
+            return self._mig_info(profile, existing)
+        for _ in range(2):
+            slots = self._slots(gpu, instances)
+            start = mig.choose_start(profile, slots, gpu.profiles)
+            if start is None:
+                raise PrepareError(
+                    'No free placement for MIG %s on GPU %s (taken: %s)'
+                    % (profile.name, gpu.address,
+                       self._describe(gpu, slots) or 'nothing'))
+            try:
+                created = self.backend.create_instance(gpu.uuid, profile.id,
+                                                       start)
+            except nvml.NvmlError as e:
+                if e.kind != 'InsufficientResources':
+                    raise PrepareError('Creating MIG %s@%d on %s failed: %s'
+                                       % (profile.name, start, gpu.address,
+                                          e))
+                # Someone else took it meanwhile: look again.
+                instances = self.backend.instances(gpu.uuid)
+                continue
+            self._mine[gpu.address].add((profile.name, start))
+            LOG.info('Created MIG %s@%d on GPU %s (%s)', profile.name, start,
+                     gpu.address, ','.join(created.mig_uuids))
+            return self._mig_info(profile, created)
+        raise PrepareError('MIG %s on GPU %s: placements kept changing'
+                           % (profile.name, gpu.address))
+
+    def _live(self, gpu):
+        for now in self.backend.gpus():
+            if now.address == gpu.address:
+                self._remember(now)
+                return now
+        raise PrepareError('GPU %s is not visible to NVML' % gpu.address)
+
+    @staticmethod
+    def _existing(profile, instances, info):
+        """A re-driven bind finds the instance it made before."""
+        if info.get('mig_profile') != profile.name or 'mig_start' not in info:
+            return None
+        start = int(info['mig_start'])
+        return next((i for i in instances if i.profile_id == profile.id
+                     and i.start == start), None)
+
+    def _ensure_mig_mode(self, gpu):
+        if gpu.mig_current == 1:
+            return
+        if gpu.mig_pending == 1:
+            raise PrepareError('MIG mode on GPU %s is pending a GPU reset'
+                               % gpu.address)
+        if not CONF.nvidia.enable_mig_on_demand:
+            raise PrepareError('MIG mode is off on GPU %s and [nvidia] '
+                               'enable_mig_on_demand is False' % gpu.address)
+        if gpu.processes:
+            raise PrepareError('Cannot turn MIG mode on for GPU %s: %d '
+                               'processes use it' % (gpu.address,
+                                                     len(gpu.processes)))
+        try:
+            current, _pending = self.backend.set_mig_mode(gpu.uuid, True)
+        except nvml.NvmlError as e:
+            raise PrepareError('Turning MIG mode on for GPU %s failed: %s'
+                               % (gpu.address, e))
+        if current != 1:
+            raise PrepareError('MIG mode on GPU %s is pending a GPU reset'
+                               % gpu.address)
+        gpu.mig_current = 1
+        LOG.info('MIG mode turned on for GPU %s', gpu.address)
+
+    @staticmethod
+    def _mig_info(profile, instance):
+        info = {'mig_profile': profile.name, 'mig_start': instance.start,
+                'mig_gi': instance.gi_id}
+        if instance.ci_ids:
+            info['mig_ci'] = instance.ci_ids[0]
+        if instance.mig_uuids:
+            info['mig_uuid'] = instance.mig_uuids[0]
+        return info
+
+    def _release_mig(self, address, info):
+        gpu = self._geometry.get(address)
+        if gpu is None:
+            return
+        by_name = {p.name: p for p in gpu.profiles}
+        profile = by_name.get(info['mig_profile'])
+        start = int(info['mig_start'])
+        self._mine[address].discard((info['mig_profile'], start))
+        self._claimed.get(address, set()).discard((info['mig_profile'],
+                                                   start))
+        if profile is None:
+            return
+        # GI ids are reused after destroy: destroy only the instance at the
+        # recorded placement, whatever its id is now.
+        for instance in self.backend.instances(gpu.uuid):
+            if instance.profile_id == profile.id and instance.start == start:
+                self.backend.destroy_instance(gpu.uuid, instance.gi_id)
+                LOG.info('Destroyed MIG %s@%d on GPU %s', profile.name, start,
+                         address)
+                return
+        LOG.info('MIG %s@%d on GPU %s was already gone', profile.name, start,
+                 address)

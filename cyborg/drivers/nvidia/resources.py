@@ -1,0 +1,124 @@
+"""How a physical GPU looks in Placement (contract/gpu-sharing.md §4.4).
+
+One provider per GPU. Whole-GPU use and every MIG profile draw on the same
+inventories of that provider: memory slices, SM (compute) slices and the
+media engines. A whole GPU asks for all of them, a 3g.71gb for 4 memory
+slices, 3 compute slices, 3 decoders and 3 JPEG engines. Placement's own
+atomic capacity check then makes "whole + any MIG" or "MIG layouts that
+exceed the card" impossible to grant twice.
+
+Placement sees counts, not positions, so the agent also publishes what
+still fits after every change: MEM_SLICE max_unit = the largest block any
+profile can still take, and one CUSTOM_MIG_FIT_<PROFILE> trait per
+profile with a free legal placement (MIG device profiles require it).
+GPU instances nobody owns (orphans) are subtracted through `reserved`.
+"""
+
+import re
+
+from cyborg.drivers.nvidia import mig
+
+MEM_SLICE = 'CUSTOM_GPU_MEM_SLICE'
+COMPUTE_SLICE = 'CUSTOM_GPU_COMPUTE_SLICE'
+NVDEC = 'CUSTOM_GPU_NVDEC'
+NVJPG = 'CUSTOM_GPU_NVJPG'
+OFA = 'CUSTOM_GPU_OFA'
+ENGINE_RCS = ((NVDEC, 'decoders'), (NVJPG, 'jpegs'), (OFA, 'ofas'))
+
+_TRAIT_CHARS = re.compile(r'[^A-Z0-9]+')
+
+
+def trait_part(text):
+    return _TRAIT_CHARS.sub('_', text.upper()).strip('_')
+
+
+def model_name(gpu_name):
+    """'NVIDIA H200' → 'H200'; 'NVIDIA A100-SXM4-80GB' → 'A100_SXM4_80GB'."""
+    name = gpu_name.strip()
+    if name.upper().startswith('NVIDIA '):
+        name = name[len('NVIDIA '):]
+    return trait_part(name)
+
+
+def fit_trait(profile):
+    return 'CUSTOM_MIG_FIT_' + trait_part(profile.name)
+
+
+def profile_vector(profile):
+    """What one GPU instance of `profile` takes from the provider."""
+    vector = {MEM_SLICE: profile.slices, COMPUTE_SLICE: profile.compute_slices}
+    for rc, attr in ENGINE_RCS:
+        if getattr(profile, attr):
+            vector[rc] = getattr(profile, attr)
+    return vector
+
+
+def totals(profiles):
+    """The provider's totals: the full profile's vector, with all memory
+    slices (a 7g's placement spans them all). A GPU without MIG is one
+    slice of each: whole use only."""
+    if not profiles:
+        return {MEM_SLICE: 1, COMPUTE_SLICE: 1}
+    vector = profile_vector(mig.full_profile(profiles))
+    vector[MEM_SLICE] = mig.slice_count(profiles)
+    return vector
+
+
+def static_traits(gpu, iommu):
+    traits = {'CUSTOM_GPU_VENDOR_NVIDIA',
+              'CUSTOM_GPU_MODEL_' + model_name(gpu.name),
+              'CUSTOM_GPU_CC_%d_%d' % tuple(gpu.compute_capability[:2])}
+    if gpu.mig_capable:
+        traits.add('CUSTOM_GPU_MIG_CAPABLE')
+    if gpu.numa_node is not None and gpu.numa_node >= 0:
+        traits.add('CUSTOM_GPU_NUMA_%d' % gpu.numa_node)
+    if iommu:
+        traits.add('CUSTOM_GPU_PASSTHROUGH_CAPABLE')
+    return traits
+
+
+def inventories(profiles, slots, orphans=(), whole_in_use=False):
+    """Placement inventories for a GPU whose live instances are `slots`
+    (orphans among them are listed again in `orphans`).
+
+    whole_in_use: the GPU is handed out whole (e.g. on vfio-pci), so NVML
+    cannot see its instances; nothing more fits.
+    """
+    total = totals(profiles)
+    reserved = dict.fromkeys(total, 0)
+    by_id = {p.id: p for p in profiles}
+    for slot in orphans:
+        for rc, n in profile_vector(by_id[slot.profile_id]).items():
+            reserved[rc] = min(total[rc], reserved[rc] + n)
+    invs = {rc: {'total': n, 'reserved': reserved[rc], 'min_unit': 1,
+                 'max_unit': n, 'step_size': 1, 'allocation_ratio': 1.0}
+            for rc, n in total.items()}
+    if profiles and not whole_in_use:
+        block = mig.largest_block(slots, profiles)
+        if block == 0:
+            # Free slices may remain (7 × 1g leaves slice 7) but no
+            # profile can use them: offer nothing.
+            invs[MEM_SLICE]['reserved'] = total[MEM_SLICE]
+        elif slots:
+            invs[MEM_SLICE]['max_unit'] = block
+            fitting = mig.fitting(slots, profiles)
+            invs[COMPUTE_SLICE]['max_unit'] = max(
+                by_id[i].compute_slices for i in fitting)
+    return invs
+
+
+def fit_traits(profiles, slots, whole_in_use=False):
+    if whole_in_use:
+        return set()
+    fitting = mig.fitting(slots, profiles)
+    return {fit_trait(p) for p in profiles if p.id in fitting}
+
+
+def request_vector(group):
+    """{rc: amount} of a device-profile group's resources:* keys."""
+    vector = {}
+    for key, value in group.items():
+        if key.startswith('resources'):
+            rc = key.split(':', 1)[1]
+            vector[rc] = int(value)
+    return vector

@@ -1,0 +1,107 @@
+"""What the kernel says about a PCI function: the authoritative source for
+driver binding, SR-IOV and IOMMU state, none of which NVML knows.
+
+`Sysfs(root)` reads a tree laid out like /sys; tests point it at a fake
+tree (cyborg.drivers.nvidia.fake_sysfs) whose `rebind` moves symlinks
+instead of asking the kernel.
+"""
+
+import os
+
+from cyborg.common import pci
+from cyborg.drivers import pci as pci_driver
+
+NVIDIA_VENDOR = '10de'
+DISPLAY_CLASS = '03'
+
+
+class RebindError(Exception):
+    pass
+
+
+class Sysfs:
+
+    def __init__(self, root='/sys'):
+        self.root = root
+
+    def _dev(self, address, *parts):
+        return os.path.join(self.root, 'bus', 'pci', 'devices', address,
+                            *parts)
+
+    def nvidia_gpus(self):
+        """Every NVIDIA display-class function: PFs and VFs, whatever
+        driver holds them (a vfio-pci GPU is invisible to NVML)."""
+        out = []
+        for function in pci_driver.scan(self.root):
+            if (function['vendor'] == NVIDIA_VENDOR
+                    and function['class'].startswith(DISPLAY_CLASS)):
+                function.update(self.sriov(function['address']))
+                out.append(function)
+        return out
+
+    def sriov(self, address):
+        """{'vfs': [addresses], 'sriov_totalvfs': n, 'physfn': addr|None}."""
+        path = self._dev(address)
+        vfs = []
+        try:
+            names = os.listdir(path)
+        except OSError:
+            names = []
+        for name in sorted(names, key=lambda n: (len(n), n)):
+            if name.startswith('virtfn'):
+                target = os.path.basename(os.readlink(os.path.join(path,
+                                                                   name)))
+                vfs.append(pci.normalize_address(target))
+        physfn = None
+        if 'physfn' in names:
+            physfn = pci.normalize_address(os.path.basename(
+                os.readlink(os.path.join(path, 'physfn'))))
+        total = _read_int(os.path.join(path, 'sriov_totalvfs'))
+        return {'vfs': vfs, 'sriov_totalvfs': total or 0, 'physfn': physfn}
+
+    def driver(self, address):
+        try:
+            return os.path.basename(os.readlink(self._dev(address, 'driver')))
+        except OSError:
+            return None
+
+    def iommu_enabled(self):
+        """IOMMU groups exist only when the kernel runs with an IOMMU."""
+        try:
+            return bool(os.listdir(os.path.join(self.root, 'kernel',
+                                                'iommu_groups')))
+        except OSError:
+            return False
+
+    def rebind(self, address, driver):
+        """Hand the function to `driver` (driver_override, unbind, probe)."""
+        current = self.driver(address)
+        if current == driver:
+            return
+        try:
+            _write(self._dev(address, 'driver_override'), driver)
+            if current:
+                _write(os.path.join(self.root, 'bus', 'pci', 'drivers',
+                                    current, 'unbind'), address)
+            _write(os.path.join(self.root, 'bus', 'pci', 'drivers_probe'),
+                   address)
+        except OSError as e:
+            raise RebindError('Could not rebind %s from %s to %s: %s'
+                              % (address, current or 'no driver', driver, e))
+        now = self.driver(address)
+        if now != driver:
+            raise RebindError('%s is bound to %s after asking for %s'
+                              % (address, now or 'no driver', driver))
+
+
+def _read_int(path):
+    try:
+        with open(path) as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return None
+
+
+def _write(path, value):
+    with open(path, 'w') as f:
+        f.write(value)
