@@ -11,6 +11,7 @@ from cyborg.common import loop
 from cyborg.conf import CONF
 from cyborg import context as cyborg_context
 from cyborg import drivers as drivers_pkg
+from cyborg.drivers import base
 from cyborg.placement import client as placement
 
 LOG = log.getLogger(__name__)
@@ -72,6 +73,7 @@ class AgentManager:
     def resync(self, context):
         self._loop.wake()
 
+    @messaging.expected_exceptions(base.PrepareError)
     def prepare(self, context, deployable_name, driver_name, handle):
         try:
             return self._driver(driver_name).prepare(deployable_name, handle)

@@ -30,7 +30,11 @@ def _parser():
                'absent, boots one instance with each the way Nova does '
                '(Placement candidates and claim, ARQs, bind, events) and '
                'prints their libvirt <hostdev> XML and ARQs; the '
-               'instances stay, and the next start replaces them. '
+               'instances stay, and the next start replaces them. With a '
+               'host spec of NVIDIA GPUs (etc/cyborg/fake-hosts/'
+               'h200x2.yaml) the demo boots a whole H200 and MIG '
+               'instances of several sizes with the profiles of '
+               'etc/cyborg/device-profiles instead. '
                'Ctrl-C or SIGTERM stops it (exit status 0); '
                'starting again with the same --state-dir keeps the data.')
     parser.add_argument(
@@ -58,8 +62,11 @@ def _parser():
     parser.add_argument('--no-demo', action='store_true',
                         help='Do not run the demo (see below).')
     parser.add_argument('--host-spec', metavar='FILE',
-                        help='Fake host description (GPUs) for the fake '
-                             'driver.')
+                        help='Fake host description (YAML): "devices" for '
+                             'the fake driver, "nvidia" for GPUs served by '
+                             'the nvidia driver over a fake NVML and sysfs '
+                             '(default: etc/cyborg/fake-hosts/'
+                             'gpu-host.yaml).')
     parser.add_argument('--config-file', action='append', default=[],
                         metavar='PATH',
                         help='Optional cyborg.conf file(s); the state '
@@ -79,9 +86,10 @@ def _start_demo(stack):
     """The demo runs beside wait(), so a signal still stops us at once."""
     from nova_cyborg_client import demo
 
+    plan = demo.gpu_plan() if stack.fake_gpus is not None else None
     threading.Thread(target=demo.run, name='demo', daemon=True, args=(
         stack.nova_receiver, stack.api_url, stack.placement_url, sys.stdout,
-    )).start()
+    ), kwargs={'plan': plan}).start()
 
 
 def main(argv=None):

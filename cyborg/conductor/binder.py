@@ -16,6 +16,16 @@ from cyborg.db import bindings
 LOG = log.getLogger(__name__)
 
 
+def _reason(exc):
+    """The message of an exception raised in an agent, without the remote
+    traceback oslo.messaging appends."""
+    if isinstance(getattr(exc, 'value', None), str):
+        return exc.value                      # messaging.RemoteError
+    if exc.args and isinstance(exc.args[0], str):
+        return exc.args[0]
+    return str(exc)
+
+
 class Binder:
 
     def __init__(self, agent_api, notifier=None, sweep_interval=30.0,
@@ -58,8 +68,11 @@ class Binder:
                 claim['deployable']['name'],
                 claim['deployable']['driver_name'], handle)
         except Exception as e:
-            LOG.warning('Preparing device for ARQ %s failed: %s', uuid, e)
-            return self._fail(uuid, 'Preparing the device failed: %s' % e)
+            reason = _reason(e)
+            LOG.warning('Preparing device for ARQ %s failed: %s', uuid,
+                        reason)
+            return self._fail(uuid, 'Preparing the device failed: %s'
+                              % reason)
         try:
             if info:
                 bindings.update_handle_info(handle['uuid'], info)

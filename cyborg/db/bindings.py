@@ -117,10 +117,10 @@ def _take_free_handle(session, dep, group, attempts=5):
             .values(in_use=True))
         if taken.rowcount == 1:
             return candidates[0]['id']
-    total = session.execute(sa.select(sa.func.count()).where(
-        AH.c.deployable_id == dep['id'])).scalar()
-    raise BindError('No free attach handle on deployable %s (%d in use)'
-                    % (dep['name'], total))
+    in_use = session.execute(sa.select(sa.func.count()).where(
+        AH.c.deployable_id == dep['id'], AH.c.in_use == sa.true())).scalar()
+    raise BindError('No free attach handle for this request on deployable '
+                    '%s (%d in use)' % (dep['name'], in_use))
 
 
 @_retry

@@ -10,6 +10,11 @@ import dataclasses
 import json
 
 
+class PrepareError(Exception):
+    """A driver cannot prepare a handle; the message is the reason the ARQ
+    fails to bind (an expected outcome, not an agent fault)."""
+
+
 def canonical_json(value):
     """Stable JSON for fields that are compared and stored as strings."""
     return json.dumps(value, sort_keys=True, separators=(', ', ': '))

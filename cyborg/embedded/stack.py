@@ -13,6 +13,7 @@ import os
 import time
 
 from oslo_log import log
+import yaml
 
 from cyborg.common import ksa
 from cyborg.conf import CONF
@@ -53,6 +54,7 @@ class EmbeddedStack:
         self._servers = []
         self._services = []
         self.agent = None
+        self.fake_gpus = None
         self._stop_requested = False
 
     # -- configuration --------------------------------------------------
@@ -67,8 +69,34 @@ class EmbeddedStack:
         if self.host_spec:
             conf.set_override('host_spec', self.host_spec,
                               group='fake_driver')
+            self._fake_nvidia_gpus()
         # Conductor and agent talk in-process (cyborg.rpc.inproc).
         conf.set_override('transport_url', 'inproc://')
+
+    def _fake_nvidia_gpus(self):
+        """A host spec with an `nvidia` section: the real nvidia driver
+        over a fake NVML and sysfs tree kept in the state directory (MIG
+        instances survive a restart, as on hardware)."""
+        with open(self.host_spec) as f:
+            spec = yaml.safe_load(f) or {}
+        if not spec.get('nvidia'):
+            return
+        from cyborg.drivers.nvidia import fake_sysfs
+        from cyborg.drivers.nvidia import sysfs
+
+        self.fake_gpus = fake_sysfs.FakeGpuHost(
+            spec['nvidia'], root=os.path.join(self.state_dir, 'fake-sysfs'),
+            state_file=os.path.join(self.state_dir, 'fake-nvml.json'))
+        self.fake_gpus.install()
+        sysfs.register_simulated(self.fake_gpus.root, self.fake_gpus.sysfs)
+        conf = self.conf
+        conf.set_override('enabled_drivers', ['nvidia'] + (
+            ['fake'] if spec.get('devices') else []), group='agent')
+        conf.set_override('sysfs_root', self.fake_gpus.root, group='nvidia')
+        conf.set_override('geometry_cache', os.path.join(
+            self.state_dir, 'nvidia-geometry.json'), group='nvidia')
+        # Safe on a fake tree; lets the demo hand a whole GPU to a VM.
+        conf.set_override('rebind_for_passthrough', True, group='nvidia')
 
     def _point_at_nova(self):
         """[nova] → the events API of nova_cyborg_client, served in this
@@ -193,3 +221,9 @@ class EmbeddedStack:
         while self._servers:
             self._servers.pop().stop()
         db_api.dispose()
+        if self.fake_gpus is not None:
+            from cyborg.drivers.nvidia import sysfs
+
+            sysfs.unregister_simulated(self.fake_gpus.root)
+            self.fake_gpus.uninstall()
+            self.fake_gpus = None

@@ -251,7 +251,7 @@ def test_two_instances_racing_for_one_gpu(stack):
         in_use = session.execute(sa.select(sa.func.count()).where(
             models.AttachHandle.__table__.c.in_use == sa.true())).scalar()
     assert failed['bind_failure'].startswith(
-        'No free attach handle on deployable 0000:1b:00.0')
+        'No free attach handle for this request on deployable 0000:1b:00.0')
     assert failed['attach_handle_id'] is None
     assert in_use == 1
     statuses = sorted(e['status'] for e in stack.wait_events(2))

@@ -18,8 +18,9 @@ READY = re.compile(r'^cyborg-aio ready: api=(\S+/v2) placement=(\S+)$')
 START_TIMEOUT = 120  # seconds; a loaded CI machine is slow to import
 STOP_TIMEOUT = 30
 DEMO_TIMEOUT = 120
-HOST_SPEC = os.path.join(os.path.dirname(__file__), '..', '..', 'etc',
-                         'cyborg', 'fake-hosts', 'gpu-host.yaml')
+FAKE_HOSTS = os.path.join(os.path.dirname(__file__), '..', '..', 'etc',
+                          'cyborg', 'fake-hosts')
+HOST_SPEC = os.path.join(FAKE_HOSTS, 'gpu-host.yaml')
 NODE = 'aio-test-node'
 
 
@@ -27,7 +28,8 @@ class Aio:
     """One cyborg-aio process; stdout is only the ready line, logs go to
     stderr (kept in a file for failure messages)."""
 
-    def __init__(self, state_dir, log_path, config_file, demo=False):
+    def __init__(self, state_dir, log_path, config_file, demo=False,
+                 host_spec=HOST_SPEC):
         self.log_path = log_path
         self._log = open(log_path, 'ab')
         self.proc = subprocess.Popen(
@@ -35,7 +37,7 @@ class Aio:
              '--state-dir', str(state_dir), '--port', '0',
              '--placement-port', '0', '--nova-port', '0',
              '--config-file', str(config_file),
-             '--host-spec', HOST_SPEC] + ([] if demo else ['--no-demo']),
+             '--host-spec', host_spec] + ([] if demo else ['--no-demo']),
             stdout=subprocess.PIPE, stderr=self._log, text=True)
         self.lines = queue.Queue()
         self.stdout = []
@@ -109,9 +111,9 @@ def aio(tmp_path):
     config_file.write_text('[DEFAULT]\nhost = %s\n' % NODE)
     started = []
 
-    def start(demo=False):
+    def start(demo=False, host_spec=HOST_SPEC):
         started.append(Aio(state_dir, tmp_path / 'aio.log', config_file,
-                           demo=demo))
+                           demo=demo, host_spec=host_spec))
         return started[-1]
 
     start.state_dir = state_dir
@@ -238,6 +240,37 @@ def test_aio_demo_boots_instances_and_reruns(aio):
     assert sorted(p['name'] for p in resp.json()['device_profiles']) == [
         'demo-fpga', 'demo-gpu', 'demo-gpu-fpga']
     assert second.stop() == 0, second.logs()
+
+
+def test_aio_h200_demo_whole_gpu_and_mig_on_demand(aio):
+    """Two fake H200s through the real nvidia driver: one whole GPU for a
+    VM, MIG instances of three sizes packed on the other; a restart
+    releases and re-creates them without leaving orphans."""
+    spec = os.path.join(FAKE_HOSTS, 'h200x2.yaml')
+    for run in range(2):
+        proc = aio(demo=True, host_spec=spec)
+        out = proc.read_until(r'^demo: \d+ of \d+ instance\(s\) booted')
+        assert 'demo: 5 of 5 instance(s) booted' in out, out + proc.logs()
+        # The whole GPU is the first H200's PF; MIG instances reach VMs
+        # as the second H200's VFs.
+        assert 'bus="0x1b" slot="0x00" function="0x0"' in out, out
+        assert out.count('bus="0x43"') == 4, out
+        arqs = {a['device_profile_name'] + str(a['attach_handle_info'].get(
+            'mig_start')): a for a in _demo_arqs(proc.api)}
+        assert set(arqs) == {'h200-wholeNone', 'h200-mig-3g-71gb4',
+                             'h200-mig-2g-35gb2', 'h200-mig-1g-18gb1',
+                             'h200-mig-1g-18gb0'}, arqs
+        assert arqs['h200-wholeNone']['attach_handle_info'][
+            'restore_driver'] == 'nvidia'
+        assert arqs['h200-mig-3g-71gb4']['attach_handle_info'][
+            'mig_uuid'].startswith('MIG-')
+        state = json.loads((aio.state_dir / 'fake-nvml.json').read_text())
+        layouts = sorted(sorted((gi['profile_id'], gi['start'])
+                                for gi in gpu['gpu_instances'])
+                         for gpu in state['gpus'].values())
+        assert layouts == [[], [(9, 4), (14, 2), (19, 0), (19, 1)]]
+        assert 'MIG instances nobody owns' not in proc.logs()
+        assert proc.stop() == 0, proc.logs()
 
 
 def _openstack(*args):

@@ -8,6 +8,7 @@ from cyborg.api.controllers import base
 from cyborg.api import microversion
 from cyborg.api.schemas import arqs as schema
 from cyborg.common import exception
+from cyborg.common import gpu_classes
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import arqs as db
 from cyborg.db import device_profiles as dp_db
@@ -42,11 +43,11 @@ def _authorize_service(action):
 
 
 def units_per_group(groups):
-    """ARQs per group: the sum of its resources:* amounts (Xilinx ×2)."""
+    """ARQs per group: the sum of its resources:* amounts (Xilinx ×2), a
+    GPU's slices and engines counting as one accelerator."""
     counts = []
     for group in groups:
-        count = sum(int(v) for k, v in group.items()
-                    if k.startswith('resources:'))
+        count = gpu_classes.accelerators_in_group(group)
         if group.get('trait:CUSTOM_FPGA_XILINX') == 'required':
             count = 2 * int(group.get('resources:FPGA', 0))
         counts.append(count)

@@ -10,6 +10,7 @@ vary by GPU model and driver branch.
 
 import ctypes
 import dataclasses
+import functools
 import threading
 import time
 
@@ -99,6 +100,9 @@ class NvmlBackend:
     def instances(self, uuid):
         raise NotImplementedError
 
+    def refresh(self):
+        raise NotImplementedError
+
     def set_mig_mode(self, uuid, enabled):
         raise NotImplementedError
 
@@ -113,10 +117,20 @@ def _kind(exc):
     return type(exc).__name__.replace('NVMLError_', '')
 
 
+def _locked(method):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
 class PynvmlBackend(NvmlBackend):
 
     def __init__(self, destroy_retries=5, retry_delay=0.5):
-        self._lock = threading.Lock()
+        # NVML itself is thread-safe, but refresh() shuts it down and up
+        # again: every public call holds this lock.
+        self._lock = threading.RLock()
         self._opened = False
         self.destroy_retries = destroy_retries
         self.retry_delay = retry_delay
@@ -150,6 +164,13 @@ class PynvmlBackend(NvmlBackend):
                 self.N.nvmlShutdown()
                 self._opened = False
 
+    @_locked
+    def refresh(self):
+        """NVML enumerates GPUs at init: after a GPU moved between kernel
+        drivers, start over to see the host as it is now."""
+        self.close()
+        self.open()
+
     def _call(self, fn, *args, default=Ellipsis):
         """Call NVML; NotSupported-style errors give `default` if one is
         given, everything else becomes NvmlError."""
@@ -168,12 +189,20 @@ class PynvmlBackend(NvmlBackend):
 
     # Discovery -------------------------------------------------------------
 
+    @_locked
     def gpus(self):
         N = self.N
         out = []
         for index in range(self._call(N.nvmlDeviceGetCount)):
-            h = self._call(N.nvmlDeviceGetHandleByIndex, index)
-            out.append(self._gpu(h))
+            try:
+                out.append(self._gpu(self._call(
+                    N.nvmlDeviceGetHandleByIndex, index)))
+            except NvmlError as e:
+                if e.kind not in ('GpuIsLost', 'NotFound'):
+                    raise
+                # Gone from NVML since init (unbound, fallen off the bus):
+                # sysfs decides what it is now.
+                LOG.warning('NVML device %d is unusable: %s', index, e)
         return out
 
     def _gpu(self, h):
@@ -251,6 +280,7 @@ class PynvmlBackend(NvmlBackend):
             for i in range(count.value):
                 yield array[i]
 
+    @_locked
     def instances(self, uuid):
         """Every live GPU instance with its compute instances and MIG UUIDs
         (ours and anybody else's)."""
@@ -304,6 +334,7 @@ class PynvmlBackend(NvmlBackend):
                 self._call(N.nvmlDeviceGetUUID, mig)
         return out
 
+    @_locked
     def set_mig_mode(self, uuid, enabled):
         """Returns (current, pending) after asking for the mode."""
         N = self.N
@@ -313,6 +344,7 @@ class PynvmlBackend(NvmlBackend):
                    else N.NVML_DEVICE_MIG_DISABLE)
         return tuple(self._call(N.nvmlDeviceGetMigMode, h))
 
+    @_locked
     def create_instance(self, uuid, profile_id, start):
         """A GPU instance at an explicit placement plus one compute
         instance spanning it; returns the GpuInstance with its MIG UUID.
@@ -358,6 +390,7 @@ class PynvmlBackend(NvmlBackend):
                             'no compute instance profile for this GI')
         return best
 
+    @_locked
     def destroy_instance(self, uuid, gi_id):
         """Destroy a GI's compute instances, then the GI; a GI that is
         briefly still in use after its CIs went is retried."""

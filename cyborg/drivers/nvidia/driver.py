@@ -32,8 +32,7 @@ LOG = log.getLogger(__name__)
 MODES = {'nvidia': 'Compute', None: 'Unbound'}
 
 
-class PrepareError(Exception):
-    """The bind cannot be done; the message is the ARQ's failure reason."""
+PrepareError = base.PrepareError
 
 
 def _is_whole(deployable_total, group):
@@ -41,6 +40,14 @@ def _is_whole(deployable_total, group):
     vector = resources.request_vector(group or {})
     return vector.get(resources.MEM_SLICE, deployable_total) \
         >= deployable_total
+
+
+def _gpu_from_json(data):
+    profiles = tuple(nvml.MigProfile(**dict(
+        p, placements=tuple(p['placements']))) for p in data['profiles'])
+    return nvml.Gpu(**dict(
+        data, compute_capability=tuple(data['compute_capability']),
+        processes=(), profiles=profiles))
 
 
 def _info(handle):
@@ -54,7 +61,7 @@ class NvidiaDriver(base.Driver):
 
     def __init__(self, backend=None, sysfs=None):
         self.backend = backend or nvml.PynvmlBackend()
-        self.sysfs = sysfs or sysfs_mod.Sysfs(CONF.nvidia.sysfs_root)
+        self.sysfs = sysfs or sysfs_mod.for_root(CONF.nvidia.sysfs_root)
         self._locks = collections.defaultdict(threading.Lock)
         self._geometry = self._load_geometry()   # address → Gpu
         self._claimed = {}    # address → {(profile name, start)} from the DB
@@ -115,8 +122,10 @@ class NvidiaDriver(base.Driver):
 
     def _orphans(self, gpu, slots):
         names = {p.id: p.name for p in gpu.profiles}
-        known = self._claimed.get(gpu.address, set()) | self._mine[gpu.address]
-        return [s for s in slots if (names[s.profile_id], s.start) not in known]
+        known = (self._claimed.get(gpu.address, set())
+                 | self._mine[gpu.address])
+        return [s for s in slots
+                if (names[s.profile_id], s.start) not in known]
 
     def _device(self, gpu, function, instances, iommu):
         whole_in_use = instances is None
@@ -128,7 +137,10 @@ class NvidiaDriver(base.Driver):
                         gpu.address, self._describe(gpu, orphans))
         invs = resources.inventories(gpu.profiles, slots, orphans,
                                      whole_in_use)
-        traits = (resources.static_traits(gpu, iommu)
+        passthrough = iommu and not function['vfs'] and (
+            CONF.nvidia.rebind_for_passthrough or function['driver']
+            == CONF.nvidia.passthrough_driver)
+        traits = (resources.static_traits(gpu, passthrough)
                   | resources.fit_traits(gpu.profiles, slots, whole_in_use))
         attributes = {'gpu_uuid': gpu.uuid}
         if orphans:
@@ -201,13 +213,7 @@ class NvidiaDriver(base.Driver):
         try:
             with open(path) as f:
                 raw = json.load(f)
-            return {a: nvml.Gpu(**dict(
-                g, compute_capability=tuple(g['compute_capability']),
-                processes=(),
-                profiles=tuple(nvml.MigProfile(**dict(
-                    p, placements=tuple(p['placements'])))
-                    for p in g['profiles'])))
-                for a, g in raw.items()}
+            return {a: _gpu_from_json(g) for a, g in raw.items()}
         except (OSError, ValueError, TypeError, KeyError) as e:
             LOG.warning('Ignoring unreadable GPU geometry cache %s: %s',
                         path, e)
@@ -298,6 +304,7 @@ class NvidiaDriver(base.Driver):
                 self._release_mig(address, info)
             elif info.get('restore_driver'):
                 self.sysfs.rebind(address, info['restore_driver'])
+                self.backend.refresh()
                 LOG.info('GPU %s returned to %s', address,
                          info['restore_driver'])
 
@@ -323,6 +330,7 @@ class NvidiaDriver(base.Driver):
             self.sysfs.rebind(gpu.address, target)
         except sysfs_mod.RebindError as e:
             raise PrepareError(str(e))
+        self.backend.refresh()
         LOG.info('GPU %s moved from %s to %s for passthrough', gpu.address,
                  current, target)
         return {'restore_driver': current or ''}

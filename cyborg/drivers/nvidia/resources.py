@@ -16,13 +16,14 @@ GPU instances nobody owns (orphans) are subtracted through `reserved`.
 
 import re
 
+from cyborg.common import gpu_classes
 from cyborg.drivers.nvidia import mig
 
-MEM_SLICE = 'CUSTOM_GPU_MEM_SLICE'
-COMPUTE_SLICE = 'CUSTOM_GPU_COMPUTE_SLICE'
-NVDEC = 'CUSTOM_GPU_NVDEC'
-NVJPG = 'CUSTOM_GPU_NVJPG'
-OFA = 'CUSTOM_GPU_OFA'
+MEM_SLICE = gpu_classes.MEM_SLICE
+COMPUTE_SLICE = gpu_classes.COMPUTE_SLICE
+NVDEC = gpu_classes.NVDEC
+NVJPG = gpu_classes.NVJPG
+OFA = gpu_classes.OFA
 ENGINE_RCS = ((NVDEC, 'decoders'), (NVJPG, 'jpegs'), (OFA, 'ofas'))
 
 _TRAIT_CHARS = re.compile(r'[^A-Z0-9]+')
@@ -64,7 +65,7 @@ def totals(profiles):
     return vector
 
 
-def static_traits(gpu, iommu):
+def static_traits(gpu, passthrough):
     traits = {'CUSTOM_GPU_VENDOR_NVIDIA',
               'CUSTOM_GPU_MODEL_' + model_name(gpu.name),
               'CUSTOM_GPU_CC_%d_%d' % tuple(gpu.compute_capability[:2])}
@@ -72,7 +73,7 @@ def static_traits(gpu, iommu):
         traits.add('CUSTOM_GPU_MIG_CAPABLE')
     if gpu.numa_node is not None and gpu.numa_node >= 0:
         traits.add('CUSTOM_GPU_NUMA_%d' % gpu.numa_node)
-    if iommu:
+    if passthrough:
         traits.add('CUSTOM_GPU_PASSTHROUGH_CAPABLE')
     return traits
 

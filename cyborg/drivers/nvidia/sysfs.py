@@ -15,8 +15,26 @@ NVIDIA_VENDOR = '10de'
 DISPLAY_CLASS = '03'
 
 
+# Trees that are not the kernel's (cyborg-aio's fake GPUs): root → the
+# Sysfs object that knows how to act on them.
+_SIMULATED = {}
+
+
 class RebindError(Exception):
     pass
+
+
+def for_root(root):
+    """The Sysfs for a root: the kernel's, or a registered simulation."""
+    return _SIMULATED.get(root) or Sysfs(root)
+
+
+def register_simulated(root, sysfs):
+    _SIMULATED[root] = sysfs
+
+
+def unregister_simulated(root):
+    _SIMULATED.pop(root, None)
 
 
 class Sysfs:

@@ -1,0 +1,283 @@
+"""A fake /sys for NVIDIA GPUs and a whole fake GPU host built from a spec.
+
+Driver binding, SR-IOV and IOMMU state live in sysfs, not in NVML, so tests
+need both faked consistently: FakeGpuHost writes the tree that
+cyborg.drivers.nvidia.sysfs.Sysfs and cyborg.drivers.pci.scan() read, and
+its FakeNvml only enumerates GPUs whose driver symlink points at `nvidia`.
+
+Host spec (YAML-friendly)::
+
+    nvidia:
+      driver_version: "580.159.04"   # optional, else the model file's
+      iommu: true
+      gpus:
+        - model: h200                # models/h200.json or a capture path
+          pci_address: "0000:1b:00.0"
+          uuid: GPU-...              # optional, uuid5 of the address
+          numa_node: 0               # optional (sysfs -1 / NVML model)
+          mig_mode: 1                # optional, default 0
+          driver: nvidia             # nvidia | vfio-pci | none
+          sriov_vfs: 16              # optional VFs enabled (default 0)
+          sriov_totalvfs: 16         # optional, default sriov_vfs
+          iommu_group: 20            # optional, else allocated
+"""
+
+import json
+import os
+
+from cyborg.common import pci
+from cyborg.drivers.nvidia import fake_nvml
+from cyborg.drivers.nvidia.sysfs import RebindError
+from cyborg.drivers.nvidia.sysfs import Sysfs
+
+NVIDIA_VENDOR = '0x10de'
+GPU_CLASS = '0x030200'  # 3D controller
+DRIVERS = ('nvidia', 'vfio-pci')
+FIRST_VF_OFFSET = 4  # PF 1b:00.0 -> VFs 1b:00.4 ... 1b:00.7, 1b:01.0 ...
+
+
+def vf_address(pf_address, index):
+    """Address of VF `index` (0-based) of a PF, stride 1."""
+    domain, bus, rest = pf_address.split(':')
+    device, function = (int(x, 16) for x in rest.split('.'))
+    n = device * 8 + function + FIRST_VF_OFFSET + index
+    return '%s:%s:%02x.%d' % (domain, bus, n // 8, n % 8)
+
+
+def _write(path, value):
+    with open(path, 'w') as f:
+        f.write('%s\n' % value if value != '' else '')
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ''
+
+
+def _take(path):
+    """Read and clear a write-only control file (bind, unbind, probe)."""
+    value = _read(path)
+    if value:
+        _write(path, '')
+    return value
+
+
+def _symlink(target, path):
+    if os.path.lexists(path):
+        os.unlink(path)
+    os.symlink(target, path)
+
+
+class _Tree:
+    """Paths and link edits of one fake sysfs root."""
+
+    def __init__(self, root):
+        self.root = root
+        self.devices = os.path.join(root, 'bus', 'pci', 'devices')
+        self.drivers = os.path.join(root, 'bus', 'pci', 'drivers')
+        self.groups = os.path.join(root, 'kernel', 'iommu_groups')
+        self.probe = os.path.join(root, 'bus', 'pci', 'drivers_probe')
+
+    def dev(self, address, *parts):
+        return os.path.join(self.devices, address, *parts)
+
+    def add_driver(self, name):
+        path = os.path.join(self.drivers, name)
+        os.makedirs(path, exist_ok=True)
+        for control in ('bind', 'unbind', 'new_id'):
+            if not os.path.exists(os.path.join(path, control)):
+                _write(os.path.join(path, control), '')
+
+    def has_driver(self, name):
+        return bool(name) and os.path.isdir(os.path.join(self.drivers, name))
+
+    def unbound(self, address):
+        """An existing function that no driver holds."""
+        return os.path.isdir(self.dev(address)) and not self.bound(address)
+
+    def bound(self, address):
+        try:
+            return os.path.basename(os.readlink(self.dev(address, 'driver')))
+        except OSError:
+            return None
+
+    def bind(self, address, driver):
+        """Point <dev>/driver (and drivers/<drv>/<dev>) at `driver`."""
+        current = self.bound(address)
+        if current:
+            os.unlink(self.dev(address, 'driver'))
+            link = os.path.join(self.drivers, current, address)
+            if os.path.lexists(link):
+                os.unlink(link)
+        if driver:
+            _symlink(os.path.join('..', '..', '..', 'bus', 'pci', 'drivers',
+                                  driver), self.dev(address, 'driver'))
+            _symlink(os.path.join('..', '..', 'devices', address),
+                     os.path.join(self.drivers, driver, address))
+
+    def add_function(self, address, device_id, numa_node, driver, group):
+        path = self.dev(address)
+        os.makedirs(path)
+        for name, value in (('vendor', NVIDIA_VENDOR),
+                            ('device', '0x%04x' % device_id),
+                            ('class', GPU_CLASS),
+                            ('numa_node', numa_node),
+                            ('driver_override', '')):
+            _write(os.path.join(path, name), value)
+        if driver and driver != 'none':
+            self.add_driver(driver)
+            self.bind(address, driver)
+        if group is not None:
+            members = os.path.join(self.groups, str(group), 'devices')
+            os.makedirs(members, exist_ok=True)
+            _symlink(os.path.join('..', '..', '..', 'kernel', 'iommu_groups',
+                                  str(group)), os.path.join(path,
+                                                            'iommu_group'))
+            _symlink(os.path.join('..', '..', '..', '..', 'bus', 'pci',
+                                  'devices', address),
+                     os.path.join(members, address))
+
+    def add_vfs(self, pf, vfs, total, device_id, numa_node, groups):
+        _write(self.dev(pf, 'sriov_totalvfs'), total)
+        _write(self.dev(pf, 'sriov_numvfs'), len(vfs))
+        for i, vf in enumerate(vfs):
+            self.add_function(vf, device_id, numa_node, 'nvidia',
+                              next(groups))
+            _symlink(os.path.join('..', vf), self.dev(pf, 'virtfn%d' % i))
+            _symlink(os.path.join('..', pf), self.dev(vf, 'physfn'))
+
+
+class FakeSysfs(Sysfs):
+    """Sysfs over a fake tree.  rebind() runs the base class unchanged
+    (driver_override, unbind, drivers_probe, then its post-condition);
+    driver() plays the kernel by applying those control-file writes."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self._tree = _Tree(root)
+        self.rebinds = []  # (address, from driver, to driver) per call
+        self.refuse_bind = set()  # addresses whose probe fails
+
+    def rebind(self, address, driver):
+        address = pci.normalize_address(address)
+        self.rebinds.append((address, self.driver(address), driver))
+        if not self._tree.has_driver(driver):
+            raise RebindError('Unknown driver %s for %s' % (driver, address))
+        super().rebind(address, driver)
+
+    def driver(self, address):
+        self._settle()
+        return super().driver(address)
+
+    def _settle(self):
+        """Apply pending unbind/bind/drivers_probe writes, kernel-like."""
+        tree = self._tree
+        names = sorted(os.listdir(tree.drivers)) \
+            if os.path.isdir(tree.drivers) else []
+        for name in names:
+            address = _take(os.path.join(tree.drivers, name, 'unbind'))
+            if address and tree.bound(address) == name:
+                tree.bind(address, None)
+        for name in names:
+            address = _take(os.path.join(tree.drivers, name, 'bind'))
+            if address and tree.unbound(address):
+                tree.bind(address, name)
+        address = _take(tree.probe)
+        if address and tree.unbound(address) and \
+                address not in self.refuse_bind:
+            wanted = _read(tree.dev(address, 'driver_override')) or 'nvidia'
+            if tree.has_driver(wanted):
+                tree.bind(address, wanted)
+
+
+class FakeGpuHost:
+    """A fake sysfs tree under `root` plus a FakeNvml that sees only GPUs
+    bound to `nvidia`.  With `state_file`, NVML state is loaded at install
+    and saved after every change, so it survives an agent restart."""
+
+    def __init__(self, spec, root, state_file=None):
+        section = spec.get('nvidia', spec)
+        self.root = root
+        self.state_file = state_file
+        self.iommu = section.get('iommu', True)
+        self.gpus = [dict(g) for g in section.get('gpus', [])]
+        for gpu in self.gpus:
+            gpu['pci_address'] = pci.normalize_address(gpu['pci_address'])
+        self.nvml = fake_nvml.FakeNvml(
+            self.gpus, driver_version=section.get('driver_version'),
+            visible=self._bound_to_nvidia,
+            on_change=self._save if state_file else None)
+        self._build()
+        self.sysfs = FakeSysfs(root)
+
+    def _build(self):
+        """Create missing functions; existing ones keep their binding."""
+        tree = _Tree(self.root)
+        os.makedirs(tree.devices, exist_ok=True)
+        for name in DRIVERS:
+            tree.add_driver(name)
+        if not os.path.exists(tree.probe):
+            _write(tree.probe, '')
+        groups = self._group_numbers()
+        for gpu, info in zip(self.gpus, self.nvml.gpu_info()):
+            address = gpu['pci_address']
+            if os.path.isdir(tree.dev(address)):
+                continue
+            numa = gpu.get('numa_node')
+            numa = -1 if numa is None else numa
+            group = gpu['iommu_group'] if self.iommu and \
+                'iommu_group' in gpu else next(groups)
+            tree.add_function(address, info['pci_device_id'], numa,
+                              gpu.get('driver', 'nvidia'), group)
+            vfs = int(gpu.get('sriov_vfs', 0))
+            total = int(gpu.get('sriov_totalvfs', vfs))
+            if total:
+                tree.add_vfs(address, [vf_address(address, i)
+                                       for i in range(vfs)], total,
+                             info['pci_device_id'], numa, groups)
+
+    def _group_numbers(self):
+        """IOMMU group numbers not claimed by the spec, ascending (None
+        for ever without an IOMMU)."""
+        used = {g['iommu_group'] for g in self.gpus if 'iommu_group' in g}
+        n = 0
+        while True:
+            if not self.iommu:
+                yield None
+            elif n not in used:
+                yield n
+            n += 1
+
+    def _bound_to_nvidia(self, address):
+        return self.sysfs.driver(address) == 'nvidia'
+
+    def _save(self, state):
+        tmp = '%s.tmp.%d' % (self.state_file, os.getpid())
+        with open(tmp, 'w') as f:
+            json.dump(state, f, indent=1, sort_keys=True)
+        os.replace(tmp, self.state_file)
+
+    def install(self):
+        if self.state_file and os.path.exists(self.state_file):
+            with open(self.state_file) as f:
+                self.nvml.load_state(json.load(f))
+        self.nvml.install()
+        return self
+
+    def uninstall(self):
+        self.nvml.uninstall()
+
+    def __enter__(self):
+        return self.install()
+
+    def __exit__(self, *exc):
+        self.uninstall()
+
+    def to_state(self):
+        return self.nvml.to_state()
+
+    def load_state(self, state):
+        self.nvml.load_state(state)
