@@ -88,6 +88,28 @@ class Gpu:
         return bool(self.profiles)
 
 
+def profiles_from_capture(device):
+    """The MIG profiles of one device entry of an NVML capture (the JSON
+    of tools/capture_nvml_fixture.py and of the fake's model files)."""
+    out = []
+    for entry in device.get('gi_profiles', []):
+        info = entry['info']
+        placements = entry.get('placements')
+        if 'error' in info or not isinstance(placements, list) \
+                or not placements:
+            continue
+        out.append(MigProfile(
+            id=info['id'], name=info['name'].removeprefix('MIG '),
+            slices=placements[0]['size'], compute_slices=info['sliceCount'],
+            multiprocessors=info['multiprocessorCount'],
+            memory_mib=info['memorySizeMB'],
+            max_instances=info['instanceCount'],
+            placements=tuple(p['start'] for p in placements),
+            decoders=info['decoderCount'], jpegs=info['jpegCount'],
+            ofas=info['ofaCount'], copy_engines=info['copyEngineCount']))
+    return tuple(out)
+
+
 class NvmlBackend:
     """The interface the NVIDIA driver uses (documented by PynvmlBackend)."""
 

@@ -1,0 +1,46 @@
+"""What the driver reported on a real H200 (tools/nvidia_host_check.py on a
+lent GPU machine, driver 580.159.04, MIG off, no IOMMU in that VM) is what
+it reports on the fake H200: the fake stands in for the hardware."""
+
+import json
+import os
+
+from cyborg.conf import CONF
+from cyborg.drivers.nvidia import backend as nvml
+from cyborg.drivers.nvidia import driver as nvidia
+from cyborg.drivers.nvidia import fake_sysfs
+
+FIXTURE = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
+                       'fixtures', 'nvml', 'h200-real-driver-check.json')
+
+
+def test_fake_h200_reports_what_the_real_one_did(tmp_path):
+    with open(FIXTURE) as f:
+        real = json.load(f)
+    [device] = real['devices']
+    uuid = device['std_board_info']['uuid']
+    host = fake_sysfs.FakeGpuHost({'iommu': False, 'gpus': [{
+        'model': 'h200', 'uuid': uuid, 'pci_address': '0000:00:06.0'}]},
+        root=str(tmp_path))
+    with host:
+        CONF.set_override('sysfs_root', host.root, group='nvidia')
+        [fake] = nvidia.NvidiaDriver(
+            backend=nvml.PynvmlBackend()).discover()
+    fake = json.loads(json.dumps(fake.to_dict()))
+    assert fake == device
+    assert real['mig_mode_unchanged'] is True
+    assert real['profiles_match_h200_model'] == [True]
+
+
+def test_host_check_tool_is_read_only(tmp_path, capsys):
+    from tools import nvidia_host_check
+
+    out = tmp_path / 'report.json'
+    assert nvidia_host_check.main(['--fake', 'h200', '--json',
+                                   str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report['profiles_match_shipped_model'] == {'0000:00:06.0': True}
+    assert report['refusals']['0000:00:06.0 MIG 3g'].startswith(
+        'MIG mode is off')
+    assert report['kernel_drivers'] == {'0000:00:06.0': 'nvidia'}
+    assert 'device state unchanged: True' in capsys.readouterr().out
