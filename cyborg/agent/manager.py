@@ -132,7 +132,11 @@ class AgentManager:
             result = self.conductor_api.report_data(self.context, self.host,
                                                     devices)
             if self._reconcile(result.get('in_use', {})):
+                # What bindings own changes what the devices look like
+                # (e.g. MIG instances that are not orphans after all).
                 devices = self.discover()
+                result = self.conductor_api.report_data(
+                    self.context, self.host, devices)
             self._fenced = set(result['fenced'])
             wanted = providers.wanted_providers(self.nodename, devices,
                                                 self._fenced)
@@ -148,8 +152,8 @@ class AgentManager:
         for drv in self.drivers:
             if not hasattr(drv, 'reconcile'):
                 continue
-            updates = drv.reconcile(in_use)
-            changed = changed or bool(updates)
+            drv_changed, updates = drv.reconcile(in_use)
+            changed = changed or drv_changed
             if updates:
                 self.conductor_api.update_handles(self.context, updates)
         return changed

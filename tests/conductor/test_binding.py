@@ -81,24 +81,34 @@ def nova_server():
 
 
 class Stack:
-    def __init__(self, placement_service, nova_app):
+    def __init__(self, placement_service, nova_app, driver=None):
         self.nova = nova_app
         adapter = placement_service.adapter()
+        self.placement = placement.PlacementClient(adapter)
         self.host = 'bind-%s' % uuid.uuid4().hex[:8]
         adapter.post('/resource_providers', microversion='1.26',
                      json={'name': self.host})
-        self.driver = RecordingDriver()
-        self.agent = agent_manager.AgentManager(
-            conductor_rpcapi.ConductorAPI(timeout=10),
-            placement.PlacementClient(adapter), drivers=[self.driver],
-            host=self.host)
-        self.agent_server = rpc.get_server(rpc.AGENT_TOPIC, [self.agent],
-                                           server=self.host)
-        self.agent_server.start()
+        self.driver = driver or RecordingDriver()
+        self.agent = self.new_agent()
+        self.start_agent()
         self.conductor = None
         self.start_conductor()
         self.agent.report_once(full=True)
         self.app = api_app.setup_app()
+
+    def new_agent(self):
+        return agent_manager.AgentManager(
+            conductor_rpcapi.ConductorAPI(timeout=10), self.placement,
+            drivers=[self.driver], host=self.host)
+
+    def start_agent(self):
+        self.agent_server = rpc.get_server(rpc.AGENT_TOPIC, [self.agent],
+                                           server=self.host)
+        self.agent_server.start()
+
+    def stop_agent(self):
+        self.agent_server.stop()
+        self.agent_server.wait()
 
     def start_conductor(self):
         self.binder = conductor_binder.Binder(
@@ -121,8 +131,7 @@ class Stack:
     def stop(self):
         if self.conductor is not None:
             self.stop_conductor()
-        self.agent_server.stop()
-        self.agent_server.wait()
+        self.stop_agent()
 
     def api(self, method, path, body=None, headers=None):
         request = webob.Request.blank(path, method=method,

@@ -234,7 +234,8 @@ class NvidiaDriver(base.Driver):
     def reconcile(self, prepared):
         """Learn which MIG instances bound ARQs own ({deployable name:
         [handle {uuid, attach_info}]}); re-create those a reboot destroyed.
-        Returns {handle uuid: new attach info} for re-created ones."""
+        Returns (changed, {handle uuid: new attach info}): changed when
+        what the last discovery reported is out of date."""
         updates = {}
         claimed = {}
         for address, handles in prepared.items():
@@ -244,8 +245,10 @@ class NvidiaDriver(base.Driver):
             with self._locks[address]:
                 self._mine[address] -= claimed[address]
                 updates.update(self._recreate_lost(address, infos))
+        claimed = {a: c for a, c in claimed.items() if c}
+        changed = bool(updates) or claimed != self._claimed
         self._claimed = claimed
-        return updates
+        return changed, updates
 
     def _recreate_lost(self, address, infos):
         gpu = self._geometry.get(address)

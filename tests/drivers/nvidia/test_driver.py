@@ -261,9 +261,10 @@ def test_reboot_loses_instances_and_reconcile_recreates_them(make_host):
     assert live(host, GPU1) == []
     fresh = new_driver(host)
     fresh.discover()
-    updates = fresh.reconcile({GPU1: [{'uuid': 'h-1', 'attach_info':
+    changed, updates = fresh.reconcile({GPU1: [{'uuid': 'h-1', 'attach_info':
                                        json.dumps(dict(base.pci_info(GPU1),
                                                        **info))}]})
+    assert changed
     assert updates['h-1']['mig_start'] == info['mig_start']
     assert updates['h-1']['mig_uuid'] != info['mig_uuid']
     [gi] = live(host, GPU1)
