@@ -22,6 +22,7 @@ from oslo_log import log
 
 from cyborg.conf import CONF
 from cyborg.drivers import base
+from cyborg.drivers import pci as pci_driver
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import mig
 from cyborg.drivers.nvidia import resources
@@ -67,6 +68,9 @@ class NvidiaDriver(base.Driver):
         self._claimed = {}    # address → {(profile name, start)} from the DB
         self._mine = collections.defaultdict(set)   # created, not yet in DB
         self._unavailable = None
+        self._skipped = {}      # address → why it is not reported
+        self._nova_specs = [pci_driver.DeviceSpec(spec) for spec in
+                            CONF.pci_driver.nova_device_spec]
 
     # Discovery -------------------------------------------------------------
 
@@ -93,8 +97,12 @@ class NvidiaDriver(base.Driver):
         devices = []
         for address in sorted(set(gpus) | {a for a, f in functions.items()
                                            if f['physfn'] is None}):
-            function = functions.get(address, {'driver': 'nvidia',
-                                               'vfs': [], 'numa_node': -1})
+            function = functions.get(address, {
+                'address': address, 'driver': 'nvidia', 'vfs': [],
+                'mdevs': [], 'numa_node': -1, 'vendor': '10de',
+                'product': None})
+            if self._not_ours(function):
+                continue
             gpu = gpus.get(address)
             if gpu is not None:
                 self._remember(gpu)
@@ -109,6 +117,25 @@ class NvidiaDriver(base.Driver):
                 continue
             devices.append(self._device(gpu, function, instances, iommu))
         return devices
+
+    def _not_ours(self, function):
+        """A GPU that someone else manages must not be offered twice: one
+        in Nova's [pci] device_spec, or one carved into vGPUs (mdevs)."""
+        address = function['address']
+        reason = None
+        if function['mdevs']:
+            reason = ('it is carved into %d vGPU mdev(s) by another service'
+                      % len(function['mdevs']))
+        elif function['product'] and any(
+                s.matches(function) for s in self._nova_specs):
+            reason = "Nova's [pci] device_spec claims it"
+        if reason and self._skipped.get(address) != reason:
+            LOG.warning('Not reporting GPU %s: %s', address, reason)
+        if reason:
+            self._skipped[address] = reason
+        else:
+            self._skipped.pop(address, None)
+        return reason is not None
 
     def _instances(self, gpu):
         if not gpu.mig_capable or gpu.mig_current != 1:

@@ -24,6 +24,7 @@ Host spec (YAML-friendly)::
 
 import json
 import os
+import uuid
 
 from cyborg.common import pci
 from cyborg.drivers.nvidia import fake_nvml
@@ -140,6 +141,19 @@ class _Tree:
                                   'devices', address),
                      os.path.join(members, address))
 
+    def add_mdevs(self, pf, count):
+        """A PF carved into vGPUs by someone else (e.g. Nova's vGPU
+        support): a supported type and `count` mdevs under the PF."""
+        types = self.dev(pf, 'mdev_supported_types', 'nvidia-1')
+        os.makedirs(types, exist_ok=True)
+        _write(os.path.join(types, 'name'), 'GRID H200-1-18C')
+        for n in range(count):
+            mdev = self.dev(pf, str(uuid.uuid5(uuid.NAMESPACE_URL,
+                                               '%s/%d' % (pf, n))))
+            os.makedirs(mdev, exist_ok=True)
+            _symlink(os.path.join('..', 'mdev_supported_types', 'nvidia-1'),
+                     os.path.join(mdev, 'mdev_type'))
+
     def add_vfs(self, pf, vfs, total, device_id, numa_node, groups):
         _write(self.dev(pf, 'sriov_totalvfs'), total)
         _write(self.dev(pf, 'sriov_numvfs'), len(vfs))
@@ -232,6 +246,8 @@ class FakeGpuHost:
                 'iommu_group' in gpu else next(groups)
             tree.add_function(address, info['pci_device_id'], numa,
                               gpu.get('driver', 'nvidia'), group)
+            if gpu.get('mdevs'):
+                tree.add_mdevs(address, int(gpu['mdevs']))
             vfs = int(gpu.get('sriov_vfs', 0))
             total = int(gpu.get('sriov_totalvfs', vfs))
             if total:

@@ -7,10 +7,13 @@ instead of asking the kernel.
 """
 
 import os
+import re
 
 from cyborg.common import pci
 from cyborg.drivers import pci as pci_driver
 
+_UUID = re.compile(r'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
+                   r'[0-9a-f]{12}$')
 NVIDIA_VENDOR = '10de'
 DISPLAY_CLASS = '03'
 
@@ -75,7 +78,18 @@ class Sysfs:
             physfn = pci.normalize_address(os.path.basename(
                 os.readlink(os.path.join(path, 'physfn'))))
         total = _read_int(os.path.join(path, 'sriov_totalvfs'))
-        return {'vfs': vfs, 'sriov_totalvfs': total or 0, 'physfn': physfn}
+        return {'vfs': vfs, 'sriov_totalvfs': total or 0, 'physfn': physfn,
+                'mdevs': self.mdevs(address)}
+
+    def mdevs(self, address):
+        """UUIDs of the mediated devices carved out of a function."""
+        path = self._dev(address)
+        try:
+            names = os.listdir(path)
+        except OSError:
+            return []
+        return sorted(n for n in names if _UUID.match(n) and os.path.exists(
+            os.path.join(path, n, 'mdev_type')))
 
     def driver(self, address):
         try:

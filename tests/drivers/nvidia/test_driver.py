@@ -372,3 +372,21 @@ def test_driver_publishes_only_placeable_offers(make_host, ops):
             'resources:' + rc: str(a) for rc, a in vector.items()}))
         held.append(info)
     host.uninstall()
+
+
+def test_gpus_managed_elsewhere_are_not_offered_twice(make_host, caplog):
+    """A PF carved into vGPU mdevs (e.g. by Nova) and a GPU in Nova's
+    [pci] device_spec are left alone, with the reason said once."""
+    CONF.set_override('nova_device_spec', [json.dumps(
+        {'vendor_id': '10de', 'address': GPU2})], group='pci_driver')
+    host = make_host(spec(mdevs=2))
+    drv = new_driver(host)
+    caplog.set_level(logging.WARNING)
+    assert drv.discover() == []
+    assert drv.discover() == []
+    said = [r.getMessage() for r in caplog.records
+            if r.getMessage().startswith('Not reporting GPU')]
+    assert said == [
+        'Not reporting GPU 0000:1b:00.0: it is carved into 2 vGPU mdev(s) '
+        'by another service',
+        "Not reporting GPU 0000:43:00.0: Nova's [pci] device_spec claims it"]

@@ -913,7 +913,8 @@ def test_sysfs_tree_reads_back(host):
         assert by_addr[vf]['is_vf'] and by_addr[vf]['driver'] == 'nvidia'
     assert len({f['iommu_group'] for f in by_addr.values()}) == 5
     sriov = fake.sysfs.sriov('0000:43:00.0')
-    assert sriov == {'vfs': vfs, 'sriov_totalvfs': 3, 'physfn': None}
+    assert sriov == {'vfs': vfs, 'sriov_totalvfs': 3, 'physfn': None,
+                     'mdevs': []}
     assert fake.sysfs.sriov(vfs[0])['physfn'] == '0000:43:00.0'
     assert len(fake.sysfs.nvidia_gpus()) == 5
     assert fake.sysfs.iommu_enabled()
