@@ -346,7 +346,8 @@ class Aio:
         cmd += ['--no-demo', '--nova-endpoint', nova_url,
                 '--host-spec', spec,
                 '--state-dir', os.path.join(workdir, 'state'),
-                '--port', '0', '--placement-port', '0']
+                '--port', '0', '--placement-port', '0',
+                '--metrics-port', '0']
         if debug:
             cmd.append('--debug')
         self.cmd = cmd

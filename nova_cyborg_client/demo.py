@@ -13,6 +13,7 @@ import uuid
 
 from keystoneauth1 import loading as ks_loading
 from oslo_log import log
+import requests
 
 from nova_cyborg_client import conf as nova_conf
 from nova_cyborg_client import context as nova_context
@@ -46,7 +47,7 @@ PROFILES_DIR = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), 'etc', 'cyborg', 'device-profiles')
 _NAMESPACE = uuid.UUID('5b0a3a4e-3c51-4f0c-9d0e-6a1f6e0d2c11')
 BINDING_TIMEOUT = 60
-RELEASE_GRACE = 1.0
+RELEASE_TIMEOUT = 30
 
 
 def instance_uuid(name):
@@ -65,14 +66,18 @@ def gpu_plan():
             GPU_INSTANCES)
 
 
-def ensure_profiles(context, conf=None, profiles=PROFILES):
-    """Create the profiles that do not exist yet; returns their names."""
-    conf = conf or nova_conf.CONF
+def _cyborg(context, conf):
     auth = context.get_auth_plugin()
-    adapter = ks_loading.load_adapter_from_conf_options(
+    return ks_loading.load_adapter_from_conf_options(
         conf, nova_conf.CYBORG_GROUP, auth=auth, raise_exc=False,
         session=ks_loading.load_session_from_conf_options(
             conf, nova_conf.CYBORG_GROUP, auth=auth))
+
+
+def ensure_profiles(context, conf=None, profiles=PROFILES):
+    """Create the profiles that do not exist yet; returns their names."""
+    conf = conf or nova_conf.CONF
+    adapter = _cyborg(context, conf)
     created = []
     for name, groups in profiles.items():
         resp = adapter.get('/device_profiles', params={'name': name})
@@ -88,8 +93,62 @@ def ensure_profiles(context, conf=None, profiles=PROFILES):
     return created
 
 
+def _wait_released(context, conf, timeout=RELEASE_TIMEOUT):
+    """Until the agents have released what deleted instances held (their
+    release passes run after the delete answered): every device Unclaimed
+    again, as the lifecycle API (2.4) shows it."""
+    adapter = _cyborg(context, conf)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        resp = adapter.get('/devices', headers={
+            'OpenStack-API-Version': 'accelerator 2.4'})
+        if resp.status_code == 200 and all(
+                d['management_state'] == 'Unclaimed'
+                for d in resp.json()['devices']):
+            return True
+        time.sleep(0.2)
+    LOG.warning('Devices still held %ds after deleting the demo '
+                'instances; booting anyway', timeout)
+    return False
+
+
+def device_table(context, conf):
+    """The devices with their lifecycle (microversion 2.4), as text."""
+    resp = _cyborg(context, conf).get(
+        '/devices', headers={'OpenStack-API-Version': 'accelerator 2.4'})
+    rows = [('DEVICE', 'MODEL', 'GPU', 'MODE', 'PHASE', 'MANAGEMENT')]
+    for dev in resp.json()['devices']:
+        board = json.loads(dev['std_board_info'] or '{}')
+        rows.append((dev['uuid'][:8], dev['model'],
+                     board.get('uuid', '-')[:12], dev['mode'] or '-',
+                     dev['phase'], dev['management_state']))
+    return flow.table(rows)
+
+
+def metrics_lines(metrics_url):
+    """What the agent's /metrics says, parsed as Prometheus would."""
+    from prometheus_client import parser
+
+    text = requests.get(metrics_url, timeout=10).text
+    lines = []
+    for family in parser.text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if family.name == 'cyborg_device_phase' and sample.value:
+                lines.append('%s phase %s' % (labels['device'],
+                                              labels['phase']))
+            elif family.name == 'cyborg_device_management_state' and \
+                    sample.value:
+                lines.append('%s management state %s'
+                             % (labels['device'], labels['state']))
+            elif family.name == 'cyborg_gpu_mig_instances' and sample.value:
+                lines.append('%s MIG %s instances: %d' % (
+                    labels['device'], labels['profile'], sample.value))
+    return sorted(lines)
+
+
 def run(receiver, api_url, placement_url, out, conf=None,
-        binding_timeout=BINDING_TIMEOUT, plan=None):
+        binding_timeout=BINDING_TIMEOUT, plan=None, metrics_url=None):
     """Boot the demo instances and print their <hostdev>s and ARQs to
     `out`. True if all booted; failures are printed, never raised.
     plan: (profiles, instances); the fake GPU/FPGA host's by default."""
@@ -116,7 +175,7 @@ def run(receiver, api_url, placement_url, out, conf=None,
     # (and republishes what fits) just after the ARQs are deleted.
     for name, _ in instances:
         runner.delete(instance_uuid(name))
-    time.sleep(RELEASE_GRACE)
+    _wait_released(context, conf)
     for name, profile in instances:
         uuid_ = instance_uuid(name)
         flavor = scheduler.Flavor(
@@ -135,5 +194,18 @@ def run(receiver, api_url, placement_url, out, conf=None,
         say(result.devices_xml)
     if arqs:
         say(flow.arq_table(arqs))
+    if metrics_url is not None:
+        _lifecycle_view(say, context, conf, metrics_url)
     say('demo: %d of %d instance(s) booted' % (booted, len(instances)))
     return booted == len(instances)
+
+
+def _lifecycle_view(say, context, conf, metrics_url):
+    try:
+        say('demo: devices (microversion 2.4):')
+        say(device_table(context, conf))
+        say('demo: agent metrics at %s:' % metrics_url)
+        for line in metrics_lines(metrics_url):
+            say('  ' + line)
+    except Exception as e:
+        say('demo: cannot show devices and metrics: %s' % e)

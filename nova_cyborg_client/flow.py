@@ -203,7 +203,12 @@ def arq_table(arqs):
                      arq.get('hostname') or '-',
                      str(arq.get('device_rp_uuid') or '-')[:8],
                      _handle(arq)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return table(rows)
+
+
+def table(rows):
+    """Rows of strings as left-aligned text columns."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return '\n'.join('  '.join(cell.ljust(width) for cell, width
                                in zip(row, widths)).rstrip()
                      for row in rows)

@@ -1,12 +1,15 @@
 """The agent's periodic report pass and its RPC endpoint."""
 
 import threading
+import time
 
 from oslo_log import log
 import oslo_messaging as messaging
 from stevedore import driver as stevedore_driver
 
+from cyborg.agent import metrics
 from cyborg.agent import providers
+from cyborg.common import lifecycle
 from cyborg.common import loop
 from cyborg.conf import CONF
 from cyborg import context as cyborg_context
@@ -67,6 +70,16 @@ class AgentManager:
         self.last_writes = None
         self._sync_lock = threading.RLock()
         self._fenced = set()
+        # What the conductor said on the last pass (None: nothing yet).
+        self._in_use = None
+        self._excluded = set()
+        self._reclaims = {}           # cpid key → when it was asked for
+        self._reclaim_results = {}    # cpid key → last Reclaim condition
+        self._unowned_since = {}      # cpid key → orphan timer start
+        self._states = {}             # cpid key → (phase, state) last seen
+        self.clock = time.monotonic
+        self.last_devices = []
+        self.last_in_use = {}
 
     # RPC endpoint ----------------------------------------------------------
 
@@ -89,6 +102,10 @@ class AgentManager:
                 LOG.exception('Releasing handle %s failed', handle['uuid'])
         for name in {h['driver_name'] for h in handles}:
             self._republish(name)
+        # The device is free now: a pass of the agent's own learns that from
+        # the conductor and re-settles its lifecycle (unfencing a whole GPU
+        # that was passed through).
+        self._loop.wake()
 
     def _republish(self, driver_name):
         """A driver whose inventories follow what is bound (MIG: what still
@@ -122,28 +139,90 @@ class AgentManager:
         return annotate(devices, self.nodename)
 
     def report_once(self, full=False):
-        """Discover, store via the conductor, then sync Placement.
+        """Discover, settle each device's lifecycle, store via the
+        conductor, then sync Placement.
 
         Returns (DB writes, Placement writes). A driver error aborts the
         pass: a partial report would look like vanished devices.
         """
         with self._sync_lock:
-            devices = self.discover()
+            devices = self._settle(self.discover())
             result = self.conductor_api.report_data(self.context, self.host,
                                                     devices)
-            if self._reconcile(result.get('in_use', {})):
-                # What bindings own changes what the devices look like
-                # (e.g. MIG instances that are not orphans after all).
-                devices = self.discover()
-                result = self.conductor_api.report_data(
-                    self.context, self.host, devices)
-            self._fenced = set(result['fenced'])
+            stale = False
+            # Claims, exclusions and reclaims change what the devices look
+            # like (MIG instances that are no orphans after all, a device
+            # handed back to its driver): settle and report again.
+            if self._absorb(result):
+                devices = self._settle(self.discover())
+                stale = True
+            if self._reclaim(devices):
+                devices = self._settle(self.discover())
+                stale = True
+            self._fenced = set(result['fenced']) | {
+                d.cpid_key for d in devices if not lifecycle.offered(d)}
+            self.last_devices = devices
             wanted = providers.wanted_providers(self.nodename, devices,
                                                 self._fenced)
             writes = self.sync.sync(wanted, full=full)
+            if stale:
+                # After Placement: once the API shows a device free,
+                # Placement offers it too.
+                result = self.conductor_api.report_data(
+                    self.context, self.host, devices)
         self._passes += 1
         self.last_writes = (result['writes'], writes)
         return self.last_writes
+
+    # Lifecycle -------------------------------------------------------------
+
+    def _claimed(self, device):
+        if self._in_use is None:
+            return None
+        return any(dep.name in self._in_use for dep in device.deployables)
+
+    def _settle(self, devices):
+        """Phase, management state and conditions of every device."""
+        now = self.clock()
+        timers = {}
+        for device in devices:
+            key = device.cpid_key
+            since = lifecycle.classify(device, lifecycle.Facts(
+                claimed=self._claimed(device),
+                excluded=key in self._excluded,
+                unowned_since=self._unowned_since.get(key)), now)
+            if since is not None:
+                timers[key] = since
+            if key in self._reclaim_results:
+                device.conditions.append(self._reclaim_results[key])
+            self._log_transition(device)
+        self._unowned_since = timers
+        return devices
+
+    def _log_transition(self, device):
+        now = (device.phase, device.management_state)
+        before = self._states.get(device.cpid_key)
+        self._states[device.cpid_key] = now
+        if before is None or before == now or self._in_use is None:
+            return
+        log = LOG.warning if now[0] in ('Failed', 'Lost') or \
+            now[1] == 'Orphaned' else LOG.info
+        log('Device %s (%s): %s/%s -> %s/%s (%s)',
+            device.deployables[0].name if device.deployables else '?',
+            device.model, before[0], before[1], now[0], now[1],
+            '; '.join('%s %s' % (c['type'], c['reason'])
+                      for c in device.conditions if c['status'] != 'True'))
+
+    def _absorb(self, result):
+        """Take the conductor's view (claims, exclusions, reclaim
+        requests); True when it changes how devices are classified."""
+        in_use = result.get('in_use', {})
+        excluded = set(result.get('excluded', []))
+        changed = in_use != self._in_use or excluded != self._excluded
+        self._in_use, self._excluded = in_use, excluded
+        self.last_in_use = in_use
+        self._reclaims = dict(result.get('reclaim', {}))
+        return self._reconcile(in_use) or changed
 
     def _reconcile(self, in_use):
         """Tell drivers which handles bindings hold; record what they had
@@ -158,11 +237,74 @@ class AgentManager:
                 self.conductor_api.update_handles(self.context, updates)
         return changed
 
+    def _reclaim(self, devices):
+        """Carry out admitted reclaim requests, fail-closed: the device
+        must be Orphaned now, no binding may hold it, Placement must show
+        no allocation on its providers, and its driver must agree. True
+        when an outcome changed (it goes into the device's conditions)."""
+        acted = False
+        for device in devices:
+            requested = self._reclaims.get(device.cpid_key)
+            if requested is None:
+                continue
+            last = self._reclaim_results.get(device.cpid_key, {})
+            if last.get('requested_at') == requested and \
+                    last.get('reason') != 'Held':
+                continue       # done; the conductor clears the request
+            status, reason, message = self._try_reclaim(device)
+            result = dict(lifecycle.condition('Reclaim', status, reason,
+                                              message),
+                          requested_at=requested)
+            acted = acted or result != last
+            self._reclaim_results[device.cpid_key] = result
+        return acted
+
+    def _try_reclaim(self, device):
+        state = device.management_state
+        if state == 'Unknown' and any(
+                c['reason'] == 'OrphanPending' for c in device.conditions):
+            return ('Unknown', 'Held',
+                    'held until the orphan wait ends')
+        if state != 'Orphaned':
+            return ('False', 'Refused',
+                    'the device is %s, not Orphaned' % state)
+        if self._claimed(device):
+            return 'False', 'Refused', 'a binding holds the device'
+        try:
+            for dep in device.deployables:
+                if dep.rp_uuid and any(self.sync.client.usages(
+                        dep.rp_uuid).values()):
+                    return ('False', 'Refused',
+                            'Placement has allocations on provider %s'
+                            % dep.rp_uuid)
+        except placement.PlacementError as e:
+            return ('False', 'OccupancyUnknown',
+                    'cannot read allocations from Placement: %s' % e)
+        dep = device.deployables[0]
+        drv = self._driver(dep.driver_name)
+        if not hasattr(drv, 'reclaim'):
+            return ('False', 'Refused',
+                    'driver %s cannot reclaim devices' % drv.name)
+        try:
+            done = drv.reclaim(dep.name)
+        except Exception as e:
+            LOG.warning('Reclaiming %s failed: %s', dep.name, e)
+            return 'False', 'Failed', str(e)
+        LOG.info('Reclaimed device %s: %s', dep.name, done)
+        self._unowned_since.pop(device.cpid_key, None)
+        return 'True', 'Succeeded', done
+
     def start(self):
+        for drv in self.drivers:
+            if hasattr(drv, 'start'):
+                drv.start()
         self._loop.start()
 
     def stop(self, timeout=10):
         self._loop.stop(timeout)
+        for drv in self.drivers:
+            if hasattr(drv, 'stop'):
+                drv.stop()
 
     def _wait_for_compute_node(self, stopped):
         try:
@@ -174,9 +316,13 @@ class AgentManager:
 
     def _periodic_pass(self):
         full = self._passes % CONF.agent.full_resync_interval == 0
+        started = time.monotonic()
         try:
             self.report_once(full=full)
         except (placement.PlacementError, messaging.MessagingException,
                 providers.ComputeNodeNotFound) as e:
             LOG.warning('Report pass failed, will retry: %s', e)
             self.sync.root_uuid = None
+            metrics.observe_report(time.monotonic() - started, ok=False)
+        else:
+            metrics.observe_report(time.monotonic() - started)

@@ -1,6 +1,8 @@
 """The WSGI application: pecan controllers inside the middleware pipeline
 
-http_proxy_to_wsgi → cors → request_id → error body → microversion → auth.
+metrics → http_proxy_to_wsgi → cors → request_id → error body →
+microversion → auth. The metrics middleware serves GET /metrics (no auth)
+when [api] metrics_enabled, and counts and times everything else.
 """
 
 from keystonemiddleware import auth_token
@@ -11,6 +13,7 @@ import pecan
 
 from cyborg.api import errors
 from cyborg.api import hooks
+from cyborg.api import metrics
 from cyborg.api import middleware
 from cyborg.conf import CONF
 
@@ -73,4 +76,6 @@ def setup_app(conf=CONF):
         allow_methods=['GET', 'PUT', 'POST', 'DELETE', 'PATCH'])
     app = cors.CORS(app, conf)
     app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
+    if conf.api.metrics_enabled:
+        app = metrics.Middleware(app)
     return app

@@ -3,6 +3,7 @@
 import sys
 
 from cyborg.agent import manager
+from cyborg.agent import metrics
 from cyborg.cmd import common
 from cyborg.common import ksa
 from cyborg.common import service
@@ -23,8 +24,13 @@ class AgentService:
                 max_delay=CONF.agent.placement_retry_max_delay))
         self.server = rpc.get_server(rpc.AGENT_TOPIC, [self.agent],
                                      server=self.agent.host)
+        self.metrics_server = None
 
     def start(self, first_report=False):
+        if CONF.agent.metrics_port:
+            self.metrics_server = metrics.serve(
+                self.agent, CONF.agent.metrics_listen,
+                CONF.agent.metrics_port)
         self.server.start()
         if first_report:
             self.agent.report_once(full=True)
@@ -34,6 +40,9 @@ class AgentService:
         self.agent.stop()
         self.server.stop()
         self.server.wait()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+            self.metrics_server = None
 
 
 def main(argv=None):

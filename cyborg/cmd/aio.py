@@ -61,6 +61,10 @@ def _parser():
                              'API is served here and there is no demo.')
     parser.add_argument('--no-demo', action='store_true',
                         help='Do not run the demo (see below).')
+    parser.add_argument('--metrics-port', type=int, default=9740,
+                        help='Port of the agent\'s Prometheus /metrics '
+                             '(default 9740; the API serves its own at '
+                             '/metrics).')
     parser.add_argument('--host-spec', metavar='FILE',
                         help='Fake host description (YAML): "devices" for '
                              'the fake driver, "nvidia" for GPUs served by '
@@ -86,10 +90,12 @@ def _start_demo(stack):
     """The demo runs beside wait(), so a signal still stops us at once."""
     from nova_cyborg_client import demo
 
-    plan = demo.gpu_plan() if stack.fake_gpus is not None else None
+    kwargs = {}
+    if stack.fake_gpus is not None:
+        kwargs = {'plan': demo.gpu_plan(), 'metrics_url': stack.metrics_url}
     threading.Thread(target=demo.run, name='demo', daemon=True, args=(
         stack.nova_receiver, stack.api_url, stack.placement_url, sys.stdout,
-    ), kwargs={'plan': plan}).start()
+    ), kwargs=kwargs).start()
 
 
 def main(argv=None):
@@ -104,7 +110,8 @@ def main(argv=None):
                                    placement_port=args.placement_port,
                                    host_spec=args.host_spec, conf=CONF,
                                    nova_port=args.nova_port,
-                                   nova_endpoint=args.nova_endpoint)
+                                   nova_endpoint=args.nova_endpoint,
+                                   metrics_port=args.metrics_port)
 
     def _on_signal(signum, frame):
         stack.request_stop()

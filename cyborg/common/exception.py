@@ -67,6 +67,12 @@ class ARQBadState(Conflict):
                '%(expected)s')
 
 
+class NotReclaimable(Conflict):
+    msg_fmt = ('Device %(uuid)s is %(state)s; only an Orphaned device can '
+               'be reclaimed (or one whose orphan wait is running, which '
+               'is held until it ends).')
+
+
 class Locked(CyborgException):
     code = 423
     msg_fmt = ('Accelerator requests of instance %(instance)s are not '

@@ -82,6 +82,13 @@ class Binder:
             return []
         LOG.info('ARQ %s bound to handle %s of %s', uuid, handle['uuid'],
                  claim['deployable']['name'])
+        # The device is claimed now: its agent re-settles its lifecycle
+        # (Managed, Passthrough) on a pass of its own.
+        try:
+            self.agent_api.resync(context, claim['device']['hostname'])
+        except Exception as e:
+            LOG.debug('Could not wake the agent of %s: %s',
+                      claim['device']['hostname'], e)
         return []
 
     @staticmethod

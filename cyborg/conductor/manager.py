@@ -31,13 +31,18 @@ class ConductorManager:
                                exception_checker=_raced)
     def report_data(self, context, hostname, devices):
         devices = [base.Device.from_dict(d) for d in devices]
-        writes, statuses = host_inventory.apply_report(hostname, devices)
+        writes, states = host_inventory.apply_report(hostname, devices)
         if writes:
             LOG.info('Host %s reported %d device(s); %d DB write(s)',
                      hostname, len(devices), writes)
         return {'writes': writes,
-                'fenced': sorted(k for k, s in statuses.items()
-                                 if s == 'maintaining'),
+                'fenced': sorted(k for k, s in states.items()
+                                 if s['status'] == 'maintaining'),
+                'excluded': sorted(k for k, s in states.items()
+                                   if s['excluded']),
+                'reclaim': {k: s['reclaim_requested_at']
+                            for k, s in states.items()
+                            if s['reclaim_requested_at']},
                 'in_use': host_inventory.in_use_handles(hostname)}
 
     def update_handles(self, context, updates):

@@ -19,6 +19,13 @@ agent_opts = [
     cfg.FloatOpt('placement_retry_max_delay', default=60.0, min=0.1,
                  help='Largest back-off (seconds) while Placement or the '
                       'compute node provider is unavailable.'),
+    cfg.HostAddressOpt('metrics_listen', default='127.0.0.1',
+                       help='Address the agent serves Prometheus metrics '
+                            'on (GET /metrics, no authentication: keep it '
+                            'on a management network).'),
+    cfg.IntOpt('metrics_port', default=0, min=0, max=65535,
+               help='Port of the agent\'s Prometheus metrics endpoint; 0 '
+                    'turns it off.'),
 ]
 
 fake_driver_opts = [
@@ -52,6 +59,12 @@ nvidia_opts = [
                      'the safety gates pass: no processes, no MIG '
                      'instances, no VFs, IOMMU on. Off: only GPUs already '
                      'on the passthrough driver are handed to VMs.'),
+    cfg.BoolOpt('adopt_passthrough', default=False,
+                help='Treat a GPU found on the passthrough driver with no '
+                     'claim as ours to hand out (an operator binds GPUs to '
+                     'vfio-pci at boot). Off: such a binding is someone '
+                     'else\'s until it has had no claim for 2 minutes, then '
+                     'Orphaned, and an admin reclaims it.'),
     cfg.StrOpt('passthrough_driver', default='vfio-pci',
                help='Kernel driver a GPU must be bound to for passthrough.'),
     cfg.BoolOpt('enable_mig_on_demand', default=True,
@@ -59,6 +72,14 @@ nvidia_opts = [
                      'instance is asked for (Hopper and later apply it at '
                      'once; Ampere needs a GPU reset, so its bind fails '
                      'with that reason instead).'),
+    cfg.BoolOpt('health_events', default=True,
+                help='Watch NVML XID and ECC events and probe each GPU on '
+                     'every report pass; a fatal error marks the GPU '
+                     'Failed (fenced), a GPU off the bus Lost.'),
+    cfg.FloatOpt('health_recovery_after', default=300.0, min=0,
+                 help='Seconds without a new fatal error, with healthy '
+                      'probes, after which a Failed GPU is Ready again '
+                      '(an admin reclaim clears it at once).'),
     cfg.StrOpt('geometry_cache',
                help='JSON file remembering each GPU\'s MIG geometry, so a '
                     'GPU handed to vfio-pci (invisible to NVML) keeps its '

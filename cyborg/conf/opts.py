@@ -44,6 +44,12 @@ api_opts = [
                     'URL the request came in on.'),
     cfg.IntOpt('max_limit', default=1000, min=1,
                help='Largest number of items a list returns at once.'),
+    cfg.BoolOpt('metrics_enabled', default=True,
+                help='Serve Prometheus metrics (request counts and '
+                     'latencies, ARQs by state) at GET /metrics. The '
+                     'endpoint needs no token, as Prometheus scrapes '
+                     'usually do: restrict it at the proxy or load '
+                     'balancer.'),
 ]
 
 CONF_GROUPS = {

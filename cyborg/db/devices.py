@@ -1,4 +1,7 @@
-"""Device reads and the maintenance status switch."""
+"""Device reads and what operators ask of devices: maintenance,
+exclusion, reclaim."""
+
+import json
 
 import sqlalchemy as sa
 
@@ -30,15 +33,52 @@ def get(uuid):
     return dict(row)
 
 
-def set_status(uuid, status):
-    """Set `enabled`/`maintaining`; returns the device as it was before."""
+def _locked(session, uuid):
+    row = session.execute(sa.select(DEVICE).where(DEVICE.c.uuid == uuid)
+                          .with_for_update()).mappings().first()
+    if row is None:
+        raise exception.not_found('Device', uuid=uuid)
+    return dict(row)
+
+
+def _set(uuid, column, value):
+    """Set one operator field; returns the device as it was before."""
     with api.writer() as session:
-        row = session.execute(
-            sa.select(DEVICE).where(DEVICE.c.uuid == uuid)
-            .with_for_update()).mappings().first()
-        if row is None:
-            raise exception.not_found('Device', uuid=uuid)
-        if row['status'] != status:
+        row = _locked(session, uuid)
+        if row[column] != value:
             session.execute(DEVICE.update().where(DEVICE.c.id == row['id'])
-                            .values(status=status))
-        return dict(row)
+                            .values(**{column: value}))
+        return row
+
+
+def set_status(uuid, status):
+    """Set `enabled`/`maintaining`."""
+    return _set(uuid, 'status', status)
+
+
+def set_excluded(uuid, excluded):
+    return _set(uuid, 'excluded', excluded)
+
+
+def _orphan_pending(row):
+    return row['management_state'] == 'Unknown' and any(
+        c.get('reason') == 'OrphanPending'
+        for c in json.loads(row['conditions'] or '[]'))
+
+
+def request_reclaim(uuid, now=None):
+    """Admit a reclaim request: for an Orphaned device, or one whose orphan
+    wait is running (held until it ends); refused naming the state
+    otherwise. A repeated request keeps the first one's time."""
+    with api.writer() as session:
+        row = _locked(session, uuid)
+        if row['management_state'] != 'Orphaned' and not _orphan_pending(
+                row):
+            raise exception.NotReclaimable(
+                uuid=uuid, state=row['management_state'] or 'Unknown')
+        if row['reclaim_requested_at'] is None:
+            session.execute(DEVICE.update().where(DEVICE.c.id == row['id'])
+                            .values(reclaim_requested_at=(
+                                now or models.utcnow()).replace(
+                                    microsecond=0)))
+        return row

@@ -5,6 +5,7 @@ one transaction: a handful of set-based queries to load, bulk statements to
 write, and no statement at all when nothing changed.
 """
 
+import json
 
 from oslo_log import log
 from oslo_utils import uuidutils
@@ -24,18 +25,24 @@ HANDLE = models.AttachHandle.__table__
 ARQ = models.ExtendedAcceleratorRequest.__table__
 
 _DEVICE_FIELDS = ('type', 'vendor', 'model', 'std_board_info',
-                  'vendor_board_info')
+                  'vendor_board_info', 'phase', 'management_state',
+                  'conditions')
 _DEPLOYABLE_FIELDS = ('num_accelerators', 'driver_name', 'rp_uuid')
+
+
+def _json(value):
+    return base.canonical_json(value) if value is not None else None
 
 
 def _wanted(device):
     """A reported Device as flat column values, keyed for the diff."""
     fields = {'type': device.type, 'vendor': device.vendor,
               'model': device.model,
-              'std_board_info': (base.canonical_json(device.std_board_info)
-                                 if device.std_board_info is not None
-                                 else None),
-              'vendor_board_info': device.vendor_board_info}
+              'std_board_info': _json(device.std_board_info),
+              'vendor_board_info': device.vendor_board_info,
+              'phase': device.phase,
+              'management_state': device.management_state,
+              'conditions': _json(device.conditions)}
     deployables = {}
     for dep in device.deployables:
         deployables[dep.name] = {
@@ -111,7 +118,8 @@ class _Writes:
 def apply_report(hostname, devices):
     """Make the DB rows of `hostname` match `devices` ([base.Device]).
 
-    Returns (number of write statements, {cpid_key: device status}).
+    Returns (number of write statements, {cpid_key: what operators asked
+    of the device: status, excluded, reclaim_requested_at}).
     """
     with api.writer() as session:
         current = _load(session, hostname)
@@ -128,10 +136,17 @@ def apply_report(hostname, devices):
             _update_device(session, writes, current[key], *wanted[key][:2])
         for key in set(current) - set(wanted):
             _remove_device(session, writes, current[key])
-        statuses = {k: r['device']['status'] for k, r in current.items()
-                    if k in wanted}
-        statuses.update({k: 'enabled' for k in new_devices})
-        return writes.count, statuses
+        states = {k: _operator_state(r['device'])
+                  for k, r in current.items() if k in wanted}
+        states.update({k: _operator_state({}) for k in new_devices})
+        return writes.count, states
+
+
+def _operator_state(row):
+    """What operators asked of a device, for its agent."""
+    return {'status': row.get('status', 'enabled'),
+            'excluded': bool(row.get('excluded')),
+            'reclaim_requested_at': requested_at(row)}
 
 
 def _add_devices(session, writes, hostname, entries):
@@ -184,9 +199,28 @@ def _add_deployables(session, writes, device_id, cpid_id, deps):
     writes.run(session, HANDLE.insert(), handles)
 
 
+def requested_at(row):
+    """A device's pending reclaim request as the agent echoes it back."""
+    value = row.get('reclaim_requested_at')
+    return value.isoformat() if value is not None else None
+
+
+def _reclaim_answered(device, conditions):
+    """The agent reported an outcome for the pending reclaim request."""
+    pending = requested_at(device)
+    if pending is None or not conditions:
+        return False
+    return any(c.get('type') == 'Reclaim' and c.get('reason') != 'Held'
+               and c.get('requested_at') == pending
+               for c in json.loads(conditions))
+
+
 def _update_device(session, writes, current, fields, deps):
     device = current['device']
     changed = {k: v for k, v in fields.items() if device[k] != v}
+    if _reclaim_answered(device, fields['conditions']):
+        changed['reclaim_requested_at'] = None
+        device['reclaim_requested_at'] = None
     if changed:
         writes.run(session, DEVICE.update().where(
             DEVICE.c.id == device['id']).values(**changed))
@@ -270,20 +304,24 @@ def _remove_device(session, writes, current):
 
 
 def in_use_handles(hostname):
-    """{deployable name: [{uuid, attach_info}]} of the host's handles that
-    bindings hold: what its agent must treat as owned (e.g. MIG
-    instances)."""
+    """{deployable name: [{uuid, attach_info, arq_uuid, instance_uuid}]} of
+    the host's handles that bindings hold: what its agent must treat as
+    owned (e.g. MIG instances)."""
     query = (sa.select(HANDLE.c.uuid, HANDLE.c.attach_info,
-                       DEPLOYABLE.c.name)
+                       DEPLOYABLE.c.name, ARQ.c.uuid.label('arq_uuid'),
+                       ARQ.c.instance_uuid)
              .select_from(HANDLE.join(DEPLOYABLE, HANDLE.c.deployable_id
                                       == DEPLOYABLE.c.id)
                           .join(DEVICE, DEPLOYABLE.c.device_id
-                                == DEVICE.c.id))
+                                == DEVICE.c.id)
+                          .outerjoin(ARQ, ARQ.c.attach_handle_id
+                                     == HANDLE.c.id))
              .where(DEVICE.c.hostname == hostname,
                     HANDLE.c.in_use == sa.true()))
     out = {}
     with api.reader() as session:
         for row in session.execute(query).mappings():
             out.setdefault(row['name'], []).append(
-                {'uuid': row['uuid'], 'attach_info': row['attach_info']})
+                {k: row[k] for k in ('uuid', 'attach_info', 'arq_uuid',
+                                     'instance_uuid')})
     return out

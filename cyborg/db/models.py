@@ -9,6 +9,8 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 from sqlalchemy.dialects import mysql
 
+from cyborg.common import lifecycle
+
 DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
 DEVICE_STATUSES = ('enabled', 'maintaining')
 ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
@@ -17,7 +19,7 @@ ARQ_STATES = ('Initial', 'BindStarted', 'Bound', 'Unbound', 'BindFailed',
               'UnbindFailed', 'Deleting')
 
 
-def _utcnow():
+def utcnow():
     return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
 
 
@@ -35,8 +37,8 @@ class _Common:
     """Integer key, public uuid and timestamps, as every Cyborg table has."""
     id = sa.Column(sa.Integer, primary_key=True, autoincrement=True)
     uuid = sa.Column(sa.String(36), nullable=False, unique=True)
-    created_at = sa.Column(sa.DateTime, nullable=False, default=_utcnow)
-    updated_at = sa.Column(sa.DateTime, nullable=True, onupdate=_utcnow)
+    created_at = sa.Column(sa.DateTime, nullable=False, default=utcnow)
+    updated_at = sa.Column(sa.DateTime, nullable=True, onupdate=utcnow)
 
 
 def _enum(values, name):
@@ -59,6 +61,14 @@ class Device(_Common, Base):
     hostname = sa.Column(sa.String(255), nullable=False)
     status = sa.Column(_enum(DEVICE_STATUSES, 'device_status'),
                        nullable=False, default='enabled')
+    # Lifecycle as the device's agent last settled it (cyborg.common.
+    # lifecycle), and what operators asked for.
+    phase = sa.Column(_enum(lifecycle.PHASES, 'device_phase'))
+    management_state = sa.Column(_enum(lifecycle.STATES,
+                                       'device_management_state'))
+    conditions = sa.Column(sa.Text)
+    excluded = sa.Column(sa.Boolean, nullable=False, default=False)
+    reclaim_requested_at = sa.Column(sa.DateTime)
 
 
 class Deployable(_Common, Base):

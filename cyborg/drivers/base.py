@@ -66,6 +66,13 @@ class Device:
     product_id: str = None
     std_board_info: dict = None
     vendor_board_info: str = None
+    # Lifecycle (cyborg.agent.lifecycle): the driver proposes a phase and
+    # fills `observations`; the agent settles phase, management state and
+    # conditions before reporting.
+    phase: str = None
+    management_state: str = None
+    conditions: list = None
+    observations: dict = None
 
     @property
     def cpid_key(self):

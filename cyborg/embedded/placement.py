@@ -10,6 +10,7 @@ user `admin` is an admin (cyborg.common.ksa.NoAuth2 sends that).
 import os
 
 from oslo_config import cfg
+import sqlalchemy as sa
 
 
 def build_conf(state_dir):
@@ -37,4 +38,27 @@ def load_app(conf):
     from placement import deploy
 
     db_api.configure(conf)
-    return deploy.loadapp(conf)
+    app = deploy.loadapp(conf)
+    _writers_queue(db_api.placement_context_manager.writer.get_engine())
+    return app
+
+
+def _writers_queue(engine):
+    """Placement's SQLite transactions begin IMMEDIATE.
+
+    A deferred transaction that reads and then writes cannot upgrade its
+    lock while another holds the write lock: SQLite answers "database is
+    locked" at once (a 500 from Placement under concurrent claims and
+    inventory updates). Taking the lock up front makes them queue, within
+    the busy timeout, instead. Registered first, so it runs before
+    oslo.db's own engine listener that would emit a plain BEGIN.
+    """
+    if engine.dialect.name != 'sqlite':
+        return
+
+    def begin(conn):
+        if 'in_transaction' not in conn.info:
+            conn.exec_driver_sql('BEGIN IMMEDIATE')
+            conn.info['in_transaction'] = True
+
+    sa.event.listen(engine, 'begin', begin, insert=True)

@@ -39,7 +39,7 @@ class EmbeddedStack:
 
     def __init__(self, state_dir, port=6666, placement_port=8778,
                  host_spec=None, conf=CONF, nova_port=8774,
-                 nova_endpoint=None):
+                 nova_endpoint=None, metrics_port=None):
         self.state_dir = os.path.abspath(state_dir)
         self.port = port
         self.placement_port = placement_port
@@ -48,6 +48,7 @@ class EmbeddedStack:
         self.nova_port = nova_port
         self.nova_endpoint = nova_endpoint
         self.nova_receiver = None
+        self.metrics_port = metrics_port    # the agent's /metrics; None: off
         self.host_spec = os.path.abspath(host_spec) if host_spec else None
         self.conf = conf
         self.compute_rp_uuid = None
@@ -82,13 +83,11 @@ class EmbeddedStack:
         if not spec.get('nvidia'):
             return
         from cyborg.drivers.nvidia import fake_sysfs
-        from cyborg.drivers.nvidia import sysfs
 
         self.fake_gpus = fake_sysfs.FakeGpuHost(
             spec['nvidia'], root=os.path.join(self.state_dir, 'fake-sysfs'),
             state_file=os.path.join(self.state_dir, 'fake-nvml.json'))
         self.fake_gpus.install()
-        sysfs.register_simulated(self.fake_gpus.root, self.fake_gpus.sysfs)
         conf = self.conf
         conf.set_override('enabled_drivers', ['nvidia'] + (
             ['fake'] if spec.get('devices') else []), group='agent')
@@ -163,6 +162,10 @@ class EmbeddedStack:
         self.agent = agent.agent
         self._services.append(agent)
         agent.start(first_report=True)
+        if self.metrics_port is not None:
+            from cyborg.agent import metrics
+            self._start_server('agent-metrics', metrics.make_app(self.agent),
+                               self.metrics_port)
 
     def _start_server(self, name, app, port):
         server = wsgi_server.ThreadedServer(name, app, LOOPBACK, port)
@@ -179,6 +182,10 @@ class EmbeddedStack:
     @property
     def placement_url(self):
         return self._server('placement').url
+
+    @property
+    def metrics_url(self):
+        return self._server('agent-metrics').url + '/metrics'
 
     @property
     def api_url(self):
@@ -222,8 +229,5 @@ class EmbeddedStack:
             self._servers.pop().stop()
         db_api.dispose()
         if self.fake_gpus is not None:
-            from cyborg.drivers.nvidia import sysfs
-
-            sysfs.unregister_simulated(self.fake_gpus.root)
             self.fake_gpus.uninstall()
             self.fake_gpus = None

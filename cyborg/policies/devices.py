@@ -11,4 +11,11 @@ rules = base.operations('device', [
      [('POST', _P + '/{uuid}/disable')]),
     ('enable', base.ADMIN, 'Take a device out of maintenance.',
      [('POST', _P + '/{uuid}/enable')]),
+    ('exclude', base.ADMIN, 'Exclude a device from management (fenced, '
+     'never handed out) (microversion 2.4).',
+     [('POST', _P + '/{uuid}/exclude')]),
+    ('include', base.ADMIN, 'Return an excluded device to management '
+     '(microversion 2.4).', [('POST', _P + '/{uuid}/include')]),
+    ('reclaim', base.ADMIN, 'Reset and rediscover an Orphaned device '
+     '(microversion 2.4).', [('POST', _P + '/{uuid}/reclaim')]),
 ])

@@ -34,7 +34,7 @@ def test_first_report_adds_everything_then_nothing_changes(database):
     devices = _report()
     writes, statuses = host_inventory.apply_report(HOST, devices)
     assert writes > 0
-    assert set(statuses.values()) == {'enabled'}
+    assert {s['status'] for s in statuses.values()} == {'enabled'}
     counts = _counts()
     assert counts['devices'] == 3
     assert counts['controlpath_ids'] == 3
@@ -115,4 +115,5 @@ def test_maintenance_status_is_reported_back(database):
             models.Device.__table__.c.model == 'Fake FPGA').values(
             status='maintaining'))
     _, statuses = host_inventory.apply_report(HOST, copy.deepcopy(_report()))
-    assert sorted(statuses.values()) == ['enabled', 'enabled', 'maintaining']
+    assert sorted(s['status'] for s in statuses.values()) == [
+        'enabled', 'enabled', 'maintaining']

@@ -52,7 +52,11 @@ def inventory():
             status='enabled',
             std_board_info=json.dumps({'device_id': '0x2335',
                                        'class': '3D controller'}),
-            vendor_board_info='')
+            vendor_board_info='', phase='Ready',
+            management_state='Orphaned', conditions=json.dumps([{
+                'type': 'Ownership', 'status': 'False',
+                'reason': 'NoOwner',
+                'message': 'bound to vfio-pci with no claim'}]))
         fpga = _insert(
             session, models.Device, uuid=FPGA_DEVICE, type='FPGA',
             vendor='0x8086', model='PAC', hostname='compute-2',

@@ -36,6 +36,7 @@ class Aio:
             [sys.executable, '-m', 'cyborg.cmd.aio',
              '--state-dir', str(state_dir), '--port', '0',
              '--placement-port', '0', '--nova-port', '0',
+             '--metrics-port', '0',
              '--config-file', str(config_file),
              '--host-spec', host_spec] + ([] if demo else ['--no-demo']),
             stdout=subprocess.PIPE, stderr=self._log, text=True)

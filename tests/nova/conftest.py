@@ -141,6 +141,7 @@ class Stack:
         self.proc = subprocess.Popen(
             [sys.executable, '-m', 'cyborg.cmd.aio', '--state-dir',
              str(tmp_path / 'state'), '--port', '0', '--placement-port', '0',
+             '--metrics-port', '0',
              '--no-demo', '--nova-endpoint', nova_endpoint,
              '--config-file', str(config), '--host-spec', HOST_SPEC],
             stdout=subprocess.PIPE, stderr=self._log, text=True)

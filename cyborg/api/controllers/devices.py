@@ -1,10 +1,15 @@
 """/v2/devices: physical accelerators reported by the agents."""
 
+import json
+
 import pecan
 
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.api.controllers import base
+from cyborg.common import exception
 from cyborg.db import devices as db
+
+LIFECYCLE = (2, 4)
 
 
 def serialize(device):
@@ -13,6 +18,13 @@ def serialize(device):
                                   'hostname')}
     if base.version() >= (2, 3):
         out['status'] = device['status']
+    if base.version() >= LIFECYCLE:
+        board = json.loads(device['std_board_info'] or '{}')
+        out.update(phase=device['phase'] or 'Ready',
+                   driver=board.get('driver'), mode=board.get('mode'),
+                   management_state=device['management_state'] or 'Unknown',
+                   excluded=device['excluded'],
+                   conditions=json.loads(device['conditions'] or '[]'))
     out['links'] = base.links('devices', device['uuid'])
     out.update(base.timestamps(device))
     return out
@@ -48,6 +60,50 @@ class DeviceController:
     @base.handler()
     def post_enable(self):
         self._set_status('enable', 'enabled')
+
+    @pecan.expose(generic=True)
+    def exclude(self):
+        return base.not_allowed('POST')
+
+    @exclude.when(method='POST')
+    @base.handler()
+    def post_exclude(self):
+        self._set_excluded('exclude', True)
+
+    @pecan.expose(generic=True)
+    def include(self):
+        return base.not_allowed('POST')
+
+    @include.when(method='POST')
+    @base.handler()
+    def post_include(self):
+        self._set_excluded('include', False)
+
+    @pecan.expose(generic=True)
+    def reclaim(self):
+        return base.not_allowed('POST')
+
+    @reclaim.when(method='POST')
+    @base.handler(202)
+    def post_reclaim(self):
+        self._lifecycle_action('reclaim')
+        device = db.request_reclaim(base.require_uuid(self.uuid, 'device'))
+        agent_rpcapi.AgentAPI().resync(base.context(), device['hostname'])
+
+    def _set_excluded(self, action, excluded):
+        self._lifecycle_action(action)
+        before = db.set_excluded(base.require_uuid(self.uuid, 'device'),
+                                 excluded)
+        if before['excluded'] != excluded:
+            agent_rpcapi.AgentAPI().resync(base.context(), before['hostname'])
+
+    @staticmethod
+    def _lifecycle_action(action):
+        if base.version() < LIFECYCLE:
+            raise exception.NotFound(
+                'The resource could not be found.')
+        base.authorize('cyborg:device:' + action)
+        base.query()
 
     def _set_status(self, action, status):
         base.authorize('cyborg:device:' + action)

@@ -157,6 +157,9 @@ class PynvmlBackend(NvmlBackend):
         self.destroy_retries = destroy_retries
         self.retry_delay = retry_delay
         self.N = None
+        self._events = None         # NVML event set for health events
+        self._event_uuids = {}      # GPU UUID -> handle address or None
+        self._event_lock = threading.Lock()  # held while waiting on it
 
     def open(self):
         """Initialise NVML once; NvmlUnavailable says why it cannot be."""
@@ -183,15 +186,21 @@ class PynvmlBackend(NvmlBackend):
     def close(self):
         with self._lock:
             if self._opened:
+                self._free_events()
                 self.N.nvmlShutdown()
                 self._opened = False
 
     @_locked
     def refresh(self):
         """NVML enumerates GPUs at init: after a GPU moved between kernel
-        drivers, start over to see the host as it is now."""
+        drivers, start over to see the host as it is now.  A health event
+        set is made again, with the same GPUs."""
+        wanted = list(self._event_uuids) if self._events is not None \
+            else None
         self.close()
         self.open()
+        if wanted is not None:
+            self._renew_events(wanted)
 
     def _call(self, fn, *args, default=Ellipsis):
         """Call NVML; NotSupported-style errors give `default` if one is
@@ -289,6 +298,162 @@ class PynvmlBackend(NvmlBackend):
         return tuple((p.pid, p.usedGpuMemory,
                       getattr(p, 'gpuInstanceId', None),
                       getattr(p, 'computeInstanceId', None)) for p in procs)
+
+    # Health ----------------------------------------------------------------
+
+    # The event types health listens to, by the name wait_event reports
+    # (nvmlEventType{XidCriticalError,DoubleBitEccError,SingleBitEccError};
+    # NVML ABI constants, so usable before pynvml is imported).
+    HEALTH_EVENTS = {0x8: 'xid', 0x2: 'ecc_dbe', 0x1: 'ecc_sbe'}
+    _NO_ID = 0xFFFFFFFF     # GI/CI id of an event outside MIG
+
+    @staticmethod
+    def _pointer(handle):
+        """A device handle's address: stable for the life of an init, and
+        still known when the GPU no longer answers nvmlDeviceGetUUID."""
+        return ctypes.cast(handle, ctypes.c_void_p).value
+
+    def _require_nvml(self):
+        if not self._opened:
+            raise NvmlError('Uninitialized', 'NVML is not initialised')
+
+    def _free_events(self):
+        """Free the event set once no wait uses it (at most one wait to
+        sit out): freeing it under a waiter, or shutting NVML down, is
+        undefined.  The caller holds self._lock, which keeps a new wait
+        from starting meanwhile."""
+        if self._events is None:
+            return
+        with self._event_lock:
+            events, self._events = self._events, None
+            self._event_uuids = {}
+            try:
+                self._call(self.N.nvmlEventSetFree, events)
+            except NvmlError as e:
+                LOG.debug('Freeing the NVML event set: %s', e)
+
+    @_locked
+    def create_event_set(self):
+        """A new, empty event set in place of any earlier one; GPUs must
+        be registered again."""
+        self._require_nvml()
+        self._free_events()
+        events = self._call(self.N.nvmlEventSetCreate)
+        self._event_uuids = {}
+        self._events = events
+
+    def _renew_events(self, uuids):
+        """The set died with the old init: a new one for the same GPUs.
+        One NVML no longer answers for stays wanted for the next refresh
+        (a GPU re-enters NVML only at init)."""
+        try:
+            self._events = self._call(self.N.nvmlEventSetCreate)
+        except NvmlError as e:
+            LOG.warning('No NVML event set after refresh: %s', e)
+            return
+        for uuid in uuids:
+            self._event_uuids[uuid] = None
+            try:
+                self._register_events(uuid)
+            except NvmlError as e:
+                LOG.info('No health events for GPU %s after refresh: %s',
+                         uuid, e)
+
+    @_locked
+    def register_events(self, uuid):
+        """Register the health events the GPU supports; returns the
+        registered mask (0: it supports none, nothing registered)."""
+        self._require_nvml()
+        if self._events is None:
+            raise NvmlError('Uninitialized', 'no event set to register on')
+        return self._register_events(uuid)
+
+    def _register_events(self, uuid):
+        N = self.N
+        h = self._handle(uuid)
+        supported = self._call(N.nvmlDeviceGetSupportedEventTypes, h,
+                               default=0)
+        mask = 0
+        for bit in self.HEALTH_EVENTS:
+            mask |= bit & supported
+        if mask:
+            self._call(N.nvmlDeviceRegisterEvents, h, mask, self._events)
+            self._event_uuids[uuid] = self._pointer(h)
+        return mask
+
+    def wait_event(self, timeout_ms):
+        """Block up to `timeout_ms` for one health event: {uuid, type,
+        xid, data, gi_id, ci_id}, or None on timeout.  self._lock is
+        taken only to sit out a close()/refresh() in progress, never
+        while waiting, so discovery goes on meanwhile; the event lock
+        keeps them from freeing the set under the wait.  No set (never
+        made, or closed) raises Uninitialized."""
+        while True:
+            with self._lock:
+                events = self._events
+            if events is None:
+                raise NvmlError('Uninitialized', 'no NVML event set')
+            with self._event_lock:
+                if self._events is events:  # else replaced: look again
+                    return self._wait(events, timeout_ms)
+
+    def _wait(self, events, timeout_ms):
+        try:
+            data = self._call(self.N.nvmlEventSetWait_v2, events,
+                              int(timeout_ms))
+        except NvmlError as e:
+            if e.kind == 'Timeout':
+                return None
+            raise
+        return self._event(data)
+
+    def _event(self, data):
+        pointer = self._pointer(data.device)
+        # A snapshot: register_events() may add to it meanwhile.
+        uuid = next((u for u, p in list(self._event_uuids.items())
+                     if p == pointer), None)
+        if uuid is None:
+            try:
+                uuid = self._call(self.N.nvmlDeviceGetUUID, data.device)
+            except NvmlError:
+                pass
+        kind = self.HEALTH_EVENTS.get(data.eventType,
+                                      '0x%x' % data.eventType)
+        gi, ci = (None if v == self._NO_ID else v
+                  for v in (data.gpuInstanceId, data.computeInstanceId))
+        return {'uuid': uuid, 'type': kind, 'data': data.eventData,
+                'xid': data.eventData if kind == 'xid' else None,
+                'gi_id': gi, 'ci_id': ci}
+
+    @_locked
+    def health_probe(self, uuid):
+        """What the GPU says of its health now.  lost: NVML answers
+        GpuIsLost; remap_*: the row remapper (None: not supported);
+        ecc_volatile_uncorrected: since the last reset (None: ECC off or
+        not supported); reset_required: NVML wants a GPU reset; error:
+        any other failure (the GPU may just have left NVML)."""
+        out = {'lost': False, 'remap_pending': None, 'remap_failure': None,
+               'ecc_volatile_uncorrected': None, 'reset_required': False,
+               'error': None}
+        try:
+            self._require_nvml()
+            self._probe(self._handle(uuid), out)
+        except NvmlError as e:
+            out['lost'] = e.kind == 'GpuIsLost'
+            out['reset_required'] = e.kind == 'ResetRequired'
+            out['error'] = '%s (%s)' % (e, e.kind)
+        return out
+
+    def _probe(self, h, out):
+        N = self.N
+        rows = self._call(N.nvmlDeviceGetRemappedRows, h, default=None)
+        if rows is not None:
+            out['remap_pending'] = bool(rows[2])
+            out['remap_failure'] = bool(rows[3])
+        out['ecc_volatile_uncorrected'] = self._call(
+            N.nvmlDeviceGetTotalEccErrors, h,
+            N.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, N.NVML_VOLATILE_ECC,
+            default=None)
 
     # MIG -------------------------------------------------------------------
 
@@ -433,3 +598,65 @@ class PynvmlBackend(NvmlBackend):
                     raise
                 time.sleep(self.retry_delay)
         return False
+
+    # Telemetry -------------------------------------------------------------
+
+    @_locked
+    def telemetry(self, uuid):
+        """What a metrics scrape shows of one GPU, read now. A reading the
+        GPU or driver does not support (NotSupported, NoData, ...) is None;
+        anything else (GpuIsLost, ...) raises NvmlError.
+
+        processes: (pid, used bytes or None, GI id or None, CI id or None).
+        """
+        N = self.N
+        h = self._handle(uuid)
+        memory = self._call(N.nvmlDeviceGetMemoryInfo, h, N.nvmlMemory_v2,
+                            default=None)
+        if memory is None:
+            memory = self._call(N.nvmlDeviceGetMemoryInfo, h, default=None)
+        util = self._call(N.nvmlDeviceGetUtilizationRates, h, default=None)
+        ecc = {}
+        for kind, error_type in (
+                ('corrected', N.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+                ('uncorrected', N.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)):
+            ecc[kind] = self._call(N.nvmlDeviceGetTotalEccErrors, h,
+                                   error_type, N.NVML_VOLATILE_ECC,
+                                   default=None)
+        return {
+            'memory_used': getattr(memory, 'used', None),
+            'memory_total': getattr(memory, 'total', None),
+            'utilization_gpu': getattr(util, 'gpu', None),
+            'utilization_memory': getattr(util, 'memory', None),
+            'temperature_c': self._call(N.nvmlDeviceGetTemperature, h,
+                                        N.NVML_TEMPERATURE_GPU,
+                                        default=None),
+            'power_mw': self._call(N.nvmlDeviceGetPowerUsage, h,
+                                   default=None),
+            'ecc_volatile_corrected': ecc['corrected'],
+            'ecc_volatile_uncorrected': ecc['uncorrected'],
+            'processes': self._telemetry_processes(h),
+        }
+
+    def _telemetry_processes(self, h):
+        """Processes with NVML's "not applicable" ids as None; in MIG mode
+        a size the parent GPU does not give is read from the MIG device."""
+        def _id(value):
+            return None if value is None or value >= 0xFFFFFFFF else value
+
+        procs = [(pid, used, _id(gi), _id(ci))
+                 for pid, used, gi, ci in self._processes(h)]
+        if not any(used is None and gi is not None
+                   for _, used, gi, _ in procs):
+            return procs
+        N = self.N
+        sizes = {}
+        for i in range(self._call(N.nvmlDeviceGetMaxMigDeviceCount, h,
+                                  default=0)):
+            mig = self._call(N.nvmlDeviceGetMigDeviceHandleByIndex, h, i,
+                             default=None)
+            if mig is not None:
+                sizes.update((pid, used) for pid, used, _, _
+                             in self._processes(mig) if used is not None)
+        return [(pid, sizes.get(pid) if used is None else used, gi, ci)
+                for pid, used, gi, ci in procs]

@@ -20,17 +20,26 @@ import threading
 
 from oslo_log import log
 
+from cyborg.common import lifecycle
 from cyborg.conf import CONF
 from cyborg.drivers import base
 from cyborg.drivers import pci as pci_driver
 from cyborg.drivers.nvidia import backend as nvml
+from cyborg.drivers.nvidia import health as health_mod
 from cyborg.drivers.nvidia import mig
+from cyborg.drivers.nvidia import models
 from cyborg.drivers.nvidia import resources
 from cyborg.drivers.nvidia import sysfs as sysfs_mod
 
 LOG = log.getLogger(__name__)
 
-MODES = {'nvidia': 'Compute', None: 'Unbound'}
+
+def _mode(driver):
+    if driver == 'nvidia':
+        return 'Compute'
+    if driver == CONF.nvidia.passthrough_driver:
+        return 'Passthrough'
+    return 'Unbound' if driver is None else 'Unknown'
 
 
 PrepareError = base.PrepareError
@@ -69,6 +78,8 @@ class NvidiaDriver(base.Driver):
         self._mine = collections.defaultdict(set)   # created, not yet in DB
         self._unavailable = None
         self._skipped = {}      # address → why it is not reported
+        self.health = health_mod.HealthMonitor(
+            self.backend, recovery_after=CONF.nvidia.health_recovery_after)
         self._nova_specs = [pci_driver.DeviceSpec(spec) for spec in
                             CONF.pci_driver.nova_device_spec]
 
@@ -78,6 +89,12 @@ class NvidiaDriver(base.Driver):
         try:
             self.backend.open()
             gpus = {g.address: g for g in self.backend.gpus()}
+            if self._lost(gpus):
+                # NVML enumerates at init: a GPU that came back (or moved
+                # drivers) is only seen after starting over.
+                self.backend.refresh()
+                gpus = {g.address: g for g in self.backend.gpus()}
+            self._watch_health(gpus.values())
         except (nvml.NvmlUnavailable, nvml.NvmlError) as e:
             if str(e) != self._unavailable:
                 LOG.error('NVIDIA GPUs are not reported on this host: %s', e)
@@ -104,19 +121,65 @@ class NvidiaDriver(base.Driver):
             if self._not_ours(function):
                 continue
             gpu = gpus.get(address)
+            known = True
             if gpu is not None:
                 self._remember(gpu)
-                instances = self._instances(gpu)
+                try:
+                    instances = self._instances(gpu)
+                except nvml.NvmlError as e:
+                    LOG.warning('Cannot read the MIG instances of GPU %s: '
+                                '%s', address, e)
+                    instances, known = [], False
             else:
-                gpu = self._geometry.get(address)
+                gpu = self._geometry.get(address) or self._shipped(function)
+                if gpu is not None:
+                    self._geometry.setdefault(address, gpu)
                 instances = None
             if gpu is None:
                 LOG.warning('GPU %s is bound to %s and NVML has never seen '
                             'it; skipping it until it is bound to nvidia '
                             'once', address, function['driver'] or 'nothing')
                 continue
-            devices.append(self._device(gpu, function, instances, iommu))
+            device = self._device(gpu, function, instances, iommu)
+            device.observations['occupancy_known'] = known
+            devices.append(device)
         return devices
+
+    def _lost(self, gpus):
+        """GPUs the nvidia driver holds that NVML did not list."""
+        return [a for a, g in self._geometry.items() if a not in gpus
+                and self.sysfs.driver(a) == 'nvidia'
+                and not g.uuid.startswith('unknown-')]
+
+    def _watch_health(self, gpus):
+        """XID/ECC events of the GPUs NVML sees, and a health probe of
+        every GPU we know on nvidia (a lost one included: that is how it
+        comes back)."""
+        if not CONF.nvidia.health_events:
+            return
+        self.health.watch([g.uuid for g in gpus])
+        for address, gpu in self._geometry.items():
+            if self.sysfs.driver(address) == 'nvidia' and \
+                    not gpu.uuid.startswith('unknown-'):
+                self.health.observe(gpu.uuid,
+                                    self.backend.health_probe(gpu.uuid))
+
+    def start(self):
+        """Listen for XID/ECC events (the agent's service starts this)."""
+        if CONF.nvidia.health_events:
+            self.health.start()
+
+    def stop(self):
+        self.health.stop()
+
+    def _shipped(self, function):
+        """Geometry of a GPU NVML cannot see (bound to vfio-pci since boot),
+        from the shipped capture of the same product, if there is one."""
+        model = models.by_product_id(function.get('product'))
+        if model is None:
+            return None
+        return nvml.Gpu(**dict(model, address=function['address'],
+                               uuid='unknown-' + function['address']))
 
     def _not_ours(self, function):
         """A GPU that someone else manages must not be offered twice: one
@@ -159,9 +222,10 @@ class NvidiaDriver(base.Driver):
         slots = self._slots(gpu, instances or [])
         orphans = self._orphans(gpu, slots)
         if orphans:
-            LOG.warning('GPU %s has MIG instances nobody owns: %s; they are '
-                        'kept out of Placement until an admin reclaims them',
-                        gpu.address, self._describe(gpu, orphans))
+            # Reported through the lifecycle (OrphanPending, then
+            # Orphaned); claims may simply not have reached us yet.
+            LOG.debug('GPU %s has MIG instances with no known claim: %s',
+                      gpu.address, self._describe(gpu, orphans))
         invs = resources.inventories(gpu.profiles, slots, orphans,
                                      whole_in_use)
         passthrough = iommu and not function['vfs'] and (
@@ -178,25 +242,53 @@ class NvidiaDriver(base.Driver):
             resource_class=resources.MEM_SLICE, traits=sorted(traits),
             attach_handles=self._handles(gpu, function),
             driver_name=self.name, attributes=attributes, inventories=invs)
+        mode = _mode(function['driver'])
         board = {'product_id': gpu.product_id,
                  'numa_node': function['numa_node'],
-                 'driver': function['driver'],
-                 'mode': MODES.get(function['driver'], 'Passthrough'
-                                   if function['driver']
-                                   == CONF.nvidia.passthrough_driver
-                                   else 'Unknown'),
+                 'driver': function['driver'], 'mode': mode,
                  'uuid': gpu.uuid,
                  'memory_mib': gpu.memory_total // (1 << 20),
                  'compute_capability': '%d.%d' % tuple(
                      gpu.compute_capability[:2]),
                  'mig_mode': gpu.mig_current}
+        phase, conditions = self._phase(gpu, mode, instances)
         return base.Device(
             type='GPU', vendor=sysfs_mod.NVIDIA_VENDOR,
             product_id=gpu.product_id, model=gpu.name,
             controlpath_id={'cpid_type': 'PCI',
                             'cpid_info': base.pci_info(gpu.address)},
             deployables=[deployable], std_board_info=board,
-            vendor_board_info=gpu.uuid)
+            vendor_board_info=gpu.uuid, phase=phase,
+            observations={
+                'mode': mode, 'driver': function['driver'],
+                'orphan_instances': len(orphans), 'conditions': conditions,
+                'adopted': mode == 'Passthrough'
+                and CONF.nvidia.adopt_passthrough})
+
+    def _phase(self, gpu, mode, instances):
+        """The phase the hardware allows, with its conditions."""
+        if mode == 'Unbound':
+            return 'Pending', [lifecycle.condition(
+                'DriverReady', 'False', 'NoDriver',
+                'no kernel driver is bound to the GPU')]
+        if mode == 'Passthrough':
+            return 'Ready', [lifecycle.condition(
+                'DriverReady', 'True', 'Passthrough',
+                'bound to %s; NVML cannot watch it'
+                % CONF.nvidia.passthrough_driver)]
+        conditions = [lifecycle.condition('DriverReady', 'True', 'Nvml')]
+        phase, why, message = self.health.verdict(gpu.uuid)
+        conditions.append(lifecycle.condition(
+            'Healthy', str(phase == 'Ready'), why, message))
+        if phase != 'Ready':
+            return phase, conditions
+        if gpu.mig_capable and gpu.mig_pending != gpu.mig_current:
+            conditions.append(lifecycle.condition(
+                'MigMode', 'False', 'ResetRequired',
+                'MIG mode %s is pending a GPU reset'
+                % ('on' if gpu.mig_pending else 'off')))
+            return 'Reconfiguring', conditions
+        return 'Ready', conditions
 
     @staticmethod
     def _describe(gpu, slots):
@@ -337,6 +429,40 @@ class NvidiaDriver(base.Driver):
                 self.backend.refresh()
                 LOG.info('GPU %s returned to %s', address,
                          info['restore_driver'])
+
+    # Reclaim ---------------------------------------------------------------
+
+    def reclaim(self, address):
+        """Reset a device nobody owns: destroy its MIG instances, hand it
+        back to the nvidia driver, forget its faults. The agent has checked
+        that no claim or allocation holds it; processes are checked here.
+        Returns what was done; raises PrepareError when it must not."""
+        with self._locks[address]:
+            done = []
+            if self.sysfs.driver(address) != 'nvidia':
+                previous = self.sysfs.driver(address)
+                try:
+                    self.sysfs.rebind(address, 'nvidia')
+                except sysfs_mod.RebindError as e:
+                    raise PrepareError(str(e))
+                self.backend.refresh()
+                done.append('rebound from %s to nvidia'
+                            % (previous or 'no driver'))
+            gpu = self._live(self._geometry.get(address) or nvml.Gpu(
+                uuid=None, address=address, name='', product_id='',
+                memory_total=0, memory_reserved=0, compute_capability=()))
+            if gpu.processes:
+                raise PrepareError('%d processes use GPU %s'
+                                   % (len(gpu.processes), address))
+            for instance in self._instances(gpu):
+                self.backend.destroy_instance(gpu.uuid, instance.gi_id)
+                done.append('destroyed GPU instance %d@%d'
+                            % (instance.gi_id, instance.start))
+            self._mine[address].clear()
+            health = getattr(self, 'health', None)
+            if health is not None:
+                health.reset(gpu.uuid)
+            return '; '.join(done) or 'nothing to undo'
 
     # Whole GPU -------------------------------------------------------------
 
@@ -506,3 +632,35 @@ class NvidiaDriver(base.Driver):
                 return
         LOG.info('MIG %s@%d on GPU %s was already gone', profile.name, start,
                  address)
+
+    # Telemetry -------------------------------------------------------------
+
+    def telemetry(self, address):
+        """What a metrics scrape shows of the GPU at `address`: the
+        backend's readings plus its MIG instances, each with the processes
+        NVML attributes to it and their summed memory. None when NVML
+        cannot see the GPU (vfio-pci, not known, NVML down, GPU lost)."""
+        gpu = self._geometry.get(address)
+        if gpu is None or self.sysfs.driver(address) != 'nvidia':
+            return None
+        try:
+            self.backend.open()
+            data = self.backend.telemetry(gpu.uuid)
+            instances = self._instances(gpu)
+        except (nvml.NvmlUnavailable, nvml.NvmlError) as e:
+            LOG.debug('No telemetry for GPU %s: %s', address, e)
+            return None
+        names = {p.id: p.name for p in gpu.profiles}
+        data['mig_instances'] = []
+        for instance in instances:
+            procs = [p for p in data['processes'] if p[2] == instance.gi_id]
+            sizes = [p[1] for p in procs if p[1] is not None]
+            data['mig_instances'].append({
+                'profile': names.get(instance.profile_id,
+                                     str(instance.profile_id)),
+                'start': instance.start, 'gi': instance.gi_id,
+                'mig_uuid': (instance.mig_uuids[0] if instance.mig_uuids
+                             else None),
+                'processes': procs,
+                'memory_used': sum(sizes) if sizes or not procs else None})
+        return data

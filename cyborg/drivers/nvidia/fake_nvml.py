@@ -17,8 +17,6 @@ events are simulated; the scenario methods on FakeNvml drive them.
 import collections
 import ctypes
 import inspect
-import json
-import os
 import re
 import threading
 import time
@@ -27,9 +25,7 @@ import uuid as uuidlib
 import pynvml as N
 
 from cyborg.common import pci
-
-MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                          'models')
+from cyborg.drivers.nvidia import models
 
 NA_ID = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId outside MIG
 NOT_AVAILABLE = N.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
@@ -126,13 +122,7 @@ class _Return(Exception):
 
 def load_model(model):
     """A model document: a name under models/, a JSON path or a dict."""
-    if isinstance(model, dict):
-        return model
-    path = model
-    if not (model.endswith('.json') or os.sep in model):
-        path = os.path.join(MODELS_DIR, model + '.json')
-    with open(path) as f:
-        return json.load(f)
+    return models.load(model)
 
 
 def _error_code(value):

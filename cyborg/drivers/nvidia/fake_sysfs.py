@@ -24,12 +24,12 @@ Host spec (YAML-friendly)::
 
 import json
 import os
+import threading
 import uuid
 
 from cyborg.common import pci
 from cyborg.drivers.nvidia import fake_nvml
-from cyborg.drivers.nvidia.sysfs import RebindError
-from cyborg.drivers.nvidia.sysfs import Sysfs
+from cyborg.drivers.nvidia import sysfs
 
 NVIDIA_VENDOR = '0x10de'
 GPU_CLASS = '0x030200'  # 3D controller
@@ -164,7 +164,7 @@ class _Tree:
             _symlink(os.path.join('..', pf), self.dev(vf, 'physfn'))
 
 
-class FakeSysfs(Sysfs):
+class FakeSysfs(sysfs.Sysfs):
     """Sysfs over a fake tree.  rebind() runs the base class unchanged
     (driver_override, unbind, drivers_probe, then its post-condition);
     driver() plays the kernel by applying those control-file writes."""
@@ -174,17 +174,27 @@ class FakeSysfs(Sysfs):
         self._tree = _Tree(root)
         self.rebinds = []  # (address, from driver, to driver) per call
         self.refuse_bind = set()  # addresses whose probe fails
+        # The kernel applies control-file writes atomically; here several
+        # threads (NVML visibility checks, the health monitor, a rebind)
+        # may settle the tree at once.
+        self._settling = threading.RLock()
 
     def rebind(self, address, driver):
+        with self._settling:
+            self._rebind(address, driver)
+
+    def _rebind(self, address, driver):
         address = pci.normalize_address(address)
         self.rebinds.append((address, self.driver(address), driver))
         if not self._tree.has_driver(driver):
-            raise RebindError('Unknown driver %s for %s' % (driver, address))
+            raise sysfs.RebindError('Unknown driver %s for %s'
+                                    % (driver, address))
         super().rebind(address, driver)
 
     def driver(self, address):
-        self._settle()
-        return super().driver(address)
+        with self._settling:
+            self._settle()
+            return super().driver(address)
 
     def _settle(self):
         """Apply pending unbind/bind/drivers_probe writes, kernel-like."""
@@ -277,13 +287,17 @@ class FakeGpuHost:
         os.replace(tmp, self.state_file)
 
     def install(self):
+        """Serve NVML from the fake, and let every Sysfs opened on this
+        root (sysfs.for_root) act on the fake tree."""
         if self.state_file and os.path.exists(self.state_file):
             with open(self.state_file) as f:
                 self.nvml.load_state(json.load(f))
         self.nvml.install()
+        sysfs.register_simulated(self.root, self.sysfs)
         return self
 
     def uninstall(self):
+        sysfs.unregister_simulated(self.root)
         self.nvml.uninstall()
 
     def __enter__(self):

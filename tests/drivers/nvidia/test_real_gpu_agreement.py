@@ -27,7 +27,8 @@ def test_fake_h200_reports_what_the_real_one_did(tmp_path):
         [fake] = nvidia.NvidiaDriver(
             backend=nvml.PynvmlBackend()).discover()
     fake = json.loads(json.dumps(fake.to_dict()))
-    assert fake == device
+    # Fields the record has gained since the capture are not compared.
+    assert {k: fake[k] for k in device} == device
     assert real['mig_mode_unchanged'] is True
     assert real['profiles_match_h200_model'] == [True]
 
