@@ -212,7 +212,7 @@ def _valid_values(table):
             'state': 'Initial', 'device_profile_id': dp['id'],
             'device_profile_group_id': 0},
     }[table]
-    return dict(values, uuid='f' * 36, created_at=seed.models._utcnow())
+    return dict(values, uuid='f' * 36, created_at=seed.models.utcnow())
 
 
 @pytest.mark.parametrize('table,column', _REQUIRED)
