@@ -9,6 +9,7 @@ from stevedore import driver as stevedore_driver
 
 from cyborg.agent import metrics
 from cyborg.agent import providers
+from cyborg.agent import share_pools
 from cyborg.common import lifecycle
 from cyborg.common import loop
 from cyborg.conf import CONF
@@ -62,6 +63,7 @@ class AgentManager:
         self.drivers = drivers if drivers is not None else load_drivers(
             CONF.agent.enabled_drivers)
         self.sync = providers.ProviderSync(placement_client, self.nodename)
+        self.pools = share_pools.SharePools(placement_client, self.nodename)
         self.context = cyborg_context.get_admin_context()
         self._loop = loop.Loop('agent-report', self._periodic_pass,
                                lambda: CONF.agent.report_interval,
@@ -100,28 +102,29 @@ class AgentManager:
                     handle['deployable_name'], handle)
             except Exception:
                 LOG.exception('Releasing handle %s failed', handle['uuid'])
-        for name in {h['driver_name'] for h in handles}:
-            self._republish(name)
-        # The device is free now: a pass of the agent's own learns that from
-        # the conductor and re-settles its lifecycle (unfencing a whole GPU
-        # that was passed through).
-        self._loop.wake()
+        if any([self._republish(name)
+                for name in {h['driver_name'] for h in handles}]):
+            # The device is free now: a pass of the agent's own learns that
+            # from the conductor and re-settles its lifecycle (unfencing a
+            # whole GPU that was passed through).
+            self._loop.wake()
 
     def _republish(self, driver_name):
         """A driver whose inventories follow what is bound (MIG: what still
         fits) tells Placement before the bind completes, so the next claim
-        is judged on the new layout."""
+        is judged on the new layout. True for such drivers."""
         drv = self._driver(driver_name)
         if not getattr(drv, 'inventory_follows_bindings', False):
-            return
+            return False
         try:
             with self._sync_lock:
-                devices = self.discover()
+                devices = self.pools.filter(self.discover())
                 self.sync.sync(providers.wanted_providers(
                     self.nodename, devices, self._fenced))
         except Exception as e:
             LOG.warning('Could not republish inventories after a binding '
                         'change (the next pass will): %s', e)
+        return True
 
     def _driver(self, name):
         for drv in self.drivers:
@@ -146,25 +149,27 @@ class AgentManager:
         pass: a partial report would look like vanished devices.
         """
         with self._sync_lock:
-            devices = self._settle(self.discover())
+            devices = self._observe()
             result = self.conductor_api.report_data(self.context, self.host,
                                                     devices)
             stale = False
-            # Claims, exclusions and reclaims change what the devices look
-            # like (MIG instances that are no orphans after all, a device
-            # handed back to its driver): settle and report again.
-            if self._absorb(result):
-                devices = self._settle(self.discover())
+            # Claims, exclusions, share modes and reclaims change what the
+            # devices look like (MIG instances that are no orphans after
+            # all, a share pool, a device handed back to its driver):
+            # settle and report again.
+            if self._absorb(result, devices):
+                devices = self._observe()
                 stale = True
             if self._reclaim(devices):
-                devices = self._settle(self.discover())
+                devices = self._observe()
                 stale = True
-            self._fenced = set(result['fenced']) | {
-                d.cpid_key for d in devices if not lifecycle.offered(d)}
-            self.last_devices = devices
-            wanted = providers.wanted_providers(self.nodename, devices,
-                                                self._fenced)
-            writes = self.sync.sync(wanted, full=full)
+            writes = self._publish(result, devices, full)
+            # Share pools need the GPU providers to exist; taking or
+            # giving one back changes the share providers to publish.
+            if self.pools.apply(devices):
+                devices = self._observe()
+                writes += self._publish(result, devices)
+                stale = True
             if stale:
                 # After Placement: once the API shows a device free,
                 # Placement offers it too.
@@ -173,6 +178,17 @@ class AgentManager:
         self._passes += 1
         self.last_writes = (result['writes'], writes)
         return self.last_writes
+
+    def _observe(self):
+        return self.pools.filter(self._settle(self.discover()))
+
+    def _publish(self, result, devices, full=False):
+        self._fenced = set(result['fenced']) | {
+            d.cpid_key for d in devices if not lifecycle.offered(d)}
+        self.last_devices = devices
+        wanted = providers.wanted_providers(self.nodename, devices,
+                                            self._fenced)
+        return self.sync.sync(wanted, full=full)
 
     # Lifecycle -------------------------------------------------------------
 
@@ -213,16 +229,30 @@ class AgentManager:
             '; '.join('%s %s' % (c['type'], c['reason'])
                       for c in device.conditions if c['status'] != 'True'))
 
-    def _absorb(self, result):
-        """Take the conductor's view (claims, exclusions, reclaim
-        requests); True when it changes how devices are classified."""
+    def _absorb(self, result, devices=()):
+        """Take the conductor's view (claims, exclusions, share modes,
+        reclaim requests); True when it changes how devices are
+        classified."""
         in_use = result.get('in_use', {})
         excluded = set(result.get('excluded', []))
         changed = in_use != self._in_use or excluded != self._excluded
         self._in_use, self._excluded = in_use, excluded
         self.last_in_use = in_use
         self._reclaims = dict(result.get('reclaim', {}))
+        changed = self.pools.set_requested(result.get('share', {})) \
+            or changed
+        changed = self._set_share_modes(devices) or changed
         return self._reconcile(in_use) or changed
+
+    def _set_share_modes(self, devices):
+        """Give drivers that can share devices the modes operators set
+        (before discovery, like reconcile)."""
+        modes = self.pools.modes_by_name(devices)
+        changed = False
+        for drv in self.drivers:
+            if hasattr(drv, 'set_share_modes'):
+                changed = drv.set_share_modes(modes) or changed
+        return changed
 
     def _reconcile(self, in_use):
         """Tell drivers which handles bindings hold; record what they had

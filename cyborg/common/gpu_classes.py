@@ -13,8 +13,14 @@ COMPUTE_SLICE = 'CUSTOM_GPU_COMPUTE_SLICE'
 NVDEC = 'CUSTOM_GPU_NVDEC'
 NVJPG = 'CUSTOM_GPU_NVJPG'
 OFA = 'CUSTOM_GPU_OFA'
+# A share of one GPU (time-slice or MPS): a slot, a percentage of its SMs
+# and MiB of its memory, drawn from the GPU's `_share` provider.
+CORE_PERCENT = 'CUSTOM_GPU_CORE_PERCENT'
+MEMORY_MB = 'CUSTOM_GPU_MEMORY_MB'
+SHARE_SLOT = 'CUSTOM_GPU_SHARE_SLOT'
 
-PARTS_OF_ONE_GPU = frozenset((MEM_SLICE, COMPUTE_SLICE, NVDEC, NVJPG, OFA))
+PARTS_OF_ONE_GPU = frozenset((MEM_SLICE, COMPUTE_SLICE, NVDEC, NVJPG, OFA,
+                              CORE_PERCENT, MEMORY_MB, SHARE_SLOT))
 
 
 def accelerators_in_group(group):

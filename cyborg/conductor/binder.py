@@ -11,6 +11,7 @@ from oslo_log import log
 from cyborg.common import loop
 from cyborg.common import nova
 from cyborg import context as cyborg_context
+from cyborg import drivers
 from cyborg.db import bindings
 
 LOG = log.getLogger(__name__)
@@ -82,13 +83,15 @@ class Binder:
             return []
         LOG.info('ARQ %s bound to handle %s of %s', uuid, handle['uuid'],
                  claim['deployable']['name'])
-        # The device is claimed now: its agent re-settles its lifecycle
-        # (Managed, Passthrough) on a pass of its own.
-        try:
-            self.agent_api.resync(context, claim['device']['hostname'])
-        except Exception as e:
-            LOG.debug('Could not wake the agent of %s: %s',
-                      claim['device']['hostname'], e)
+        if drivers.follows_bindings(claim['deployable']['driver_name']):
+            # The device is claimed now: its agent re-settles its lifecycle
+            # (Managed, Passthrough) on a pass of its own. Other drivers'
+            # devices show Managed from their next periodic pass.
+            try:
+                self.agent_api.resync(context, claim['device']['hostname'])
+            except Exception as e:
+                LOG.debug('Could not wake the agent of %s: %s',
+                          claim['device']['hostname'], e)
         return []
 
     @staticmethod

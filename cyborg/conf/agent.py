@@ -84,6 +84,11 @@ nvidia_opts = [
                help='JSON file remembering each GPU\'s MIG geometry, so a '
                     'GPU handed to vfio-pci (invisible to NVML) keeps its '
                     'inventory across agent restarts. Unset: memory only.'),
+    cfg.IntOpt('share_memory_margin_mb', default=256, min=0,
+               help='MiB of a shared GPU\'s memory kept out of its share '
+                    'pool besides what the driver reserves (NVML v2 '
+                    '`reserved`): CUDA contexts and the MPS server need '
+                    'some, and a share must never exceed the card.'),
 ]
 
 GROUPS = {

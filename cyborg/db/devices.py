@@ -60,6 +60,16 @@ def set_excluded(uuid, excluded):
     return _set(uuid, 'excluded', excluded)
 
 
+def set_share(uuid, mode, slots):
+    """Ask for a share mode; returns the device as it was before."""
+    with api.writer() as session:
+        row = _locked(session, uuid)
+        if (row['share_mode'], row['share_slots']) != (mode, slots):
+            session.execute(DEVICE.update().where(DEVICE.c.id == row['id'])
+                            .values(share_mode=mode, share_slots=slots))
+        return row
+
+
 def _orphan_pending(row):
     return row['management_state'] == 'Unknown' and any(
         c.get('reason') == 'OrphanPending'

@@ -146,7 +146,11 @@ def _operator_state(row):
     """What operators asked of a device, for its agent."""
     return {'status': row.get('status', 'enabled'),
             'excluded': bool(row.get('excluded')),
-            'reclaim_requested_at': requested_at(row)}
+            'reclaim_requested_at': requested_at(row),
+            'share': ({'mode': row['share_mode'],
+                       'slots': row.get('share_slots') or 10}
+                      if row.get('share_mode') not in (None, 'none')
+                      else None)}
 
 
 def _add_devices(session, writes, hostname, entries):

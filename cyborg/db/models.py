@@ -15,6 +15,7 @@ DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
 DEVICE_STATUSES = ('enabled', 'maintaining')
 ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
 CPID_TYPES = ('PCI',)
+SHARE_MODES = ('none', 'mps', 'time-slice')
 ARQ_STATES = ('Initial', 'BindStarted', 'Bound', 'Unbound', 'BindFailed',
               'UnbindFailed', 'Deleting')
 
@@ -69,6 +70,9 @@ class Device(_Common, Base):
     conditions = sa.Column(sa.Text)
     excluded = sa.Column(sa.Boolean, nullable=False, default=False)
     reclaim_requested_at = sa.Column(sa.DateTime)
+    # Sharing by capacity the operator asked for (its agent sets it up).
+    share_mode = sa.Column(_enum(SHARE_MODES, 'device_share_mode'))
+    share_slots = sa.Column(sa.Integer)
 
 
 class Deployable(_Common, Base):

@@ -93,10 +93,12 @@ class Device:
 
 
 # Keys a driver's prepare() may add to a handle's attach info (a MIG
-# instance, the driver to restore). They describe the binding, not the
-# handle: reports match handles without them, and freeing drops them.
+# instance, the driver to restore, what a GPU share grants). They describe
+# the binding, not the handle: reports match handles without them, and
+# freeing drops them.
 PREPARED_KEYS = frozenset(('mig_uuid', 'mig_gi', 'mig_ci', 'mig_profile',
-                           'mig_start', 'restore_driver'))
+                           'mig_start', 'restore_driver', 'share_mode',
+                           'share_memory_mb', 'share_percent', 'vgpu_type'))
 
 
 def handle_identity(attach_info):

@@ -15,6 +15,10 @@ LOG = log.getLogger(__name__)
 # 1.26: reserved may equal total (fencing); 1.20: POST returns the provider;
 # 1.18: ?required= traits; 1.14: ?in_tree=.
 MICROVERSION = '1.26'
+# Allocations the agent makes itself (share-pool consumers): 1.28 consumer
+# generations; 1.38 consumer types when the server has them.
+ALLOCATION_MICROVERSION = '1.28'
+CONSUMER_TYPE_MICROVERSION = '1.38'
 OWNER_TRAIT = 'OWNER_CYBORG'
 STANDARD_RCS = ('FPGA', 'PGPU', 'VGPU')
 
@@ -68,12 +72,13 @@ class PlacementClient:
         self._known_rcs = set(STANDARD_RCS)
         self._known_traits = {OWNER_TRAIT}
 
-    def _call(self, method, url, ok=(200,), **kwargs):
+    def _call(self, method, url, ok=(200,), microversion=MICROVERSION,
+              **kwargs):
         delay = 0.2
         for attempt in range(self.retries + 1):
             try:
                 response = self.adapter.request(
-                    url, method, microversion=MICROVERSION, raise_exc=False,
+                    url, method, microversion=microversion, raise_exc=False,
                     **kwargs)
             except (ks_exc.ConnectFailure, ks_exc.ConnectTimeout,
                     ks_exc.EndpointNotFound) as e:
@@ -126,6 +131,45 @@ class PlacementClient:
     def usages(self, uuid):
         return self._call('GET', '/resource_providers/%s/usages'
                           % uuid).json()['usages']
+
+    # Allocations of one consumer -----------------------------------------
+
+    def allocations(self, consumer):
+        """({rp uuid: {resources}}, consumer generation or None)."""
+        body = self._call('GET', '/allocations/%s' % consumer,
+                          microversion=ALLOCATION_MICROVERSION).json()
+        return ({rp: a['resources'] for rp, a in
+                 body.get('allocations', {}).items()},
+                body.get('consumer_generation'))
+
+    def put_allocations(self, consumer, allocations, project_id, user_id,
+                        consumer_generation=None, consumer_type=None):
+        """Replace a consumer's allocations ({rp uuid: {rc: amount}}),
+        atomically: Placement refuses (409) the whole set when any provider
+        lacks the capacity, or when the consumer changed meanwhile."""
+        body = {'allocations': {rp: {'resources': res}
+                                for rp, res in allocations.items()},
+                'project_id': project_id, 'user_id': user_id,
+                'consumer_generation': consumer_generation}
+        if consumer_type:
+            body['consumer_type'] = consumer_type
+            try:
+                self._call('PUT', '/allocations/%s' % consumer, ok=(204,),
+                           microversion=CONSUMER_TYPE_MICROVERSION,
+                           json=body)
+                return
+            except PlacementError as e:
+                if e.status != 406:
+                    raise
+            del body['consumer_type']    # an older Placement
+        self._call('PUT', '/allocations/%s' % consumer, ok=(204,),
+                   microversion=ALLOCATION_MICROVERSION, json=body)
+
+    def delete_allocations(self, consumer):
+        try:
+            self._call('DELETE', '/allocations/%s' % consumer, ok=(204,))
+        except NotFound:
+            pass
 
     # Inventories and traits ----------------------------------------------
 

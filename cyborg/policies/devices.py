@@ -18,4 +18,7 @@ rules = base.operations('device', [
      '(microversion 2.4).', [('POST', _P + '/{uuid}/include')]),
     ('reclaim', base.ADMIN, 'Reset and rediscover an Orphaned device '
      '(microversion 2.4).', [('POST', _P + '/{uuid}/reclaim')]),
+    ('share', base.ADMIN, 'Share a GPU by capacity (mode mps or time-slice, '
+     'slots) or stop sharing it (mode none) (microversion 2.4).',
+     [('POST', _P + '/{uuid}/share')]),
 ])

@@ -6,10 +6,12 @@ import pecan
 
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.api.controllers import base
+from cyborg.api.schemas import devices as schema
 from cyborg.common import exception
 from cyborg.db import devices as db
 
 LIFECYCLE = (2, 4)
+DEFAULT_SHARE_SLOTS = 10
 
 
 def serialize(device):
@@ -24,7 +26,9 @@ def serialize(device):
                    driver=board.get('driver'), mode=board.get('mode'),
                    management_state=device['management_state'] or 'Unknown',
                    excluded=device['excluded'],
-                   conditions=json.loads(device['conditions'] or '[]'))
+                   conditions=json.loads(device['conditions'] or '[]'),
+                   share_mode=device['share_mode'] or 'none',
+                   share_slots=device['share_slots'])
     out['links'] = base.links('devices', device['uuid'])
     out.update(base.timestamps(device))
     return out
@@ -89,6 +93,27 @@ class DeviceController:
         self._lifecycle_action('reclaim')
         device = db.request_reclaim(base.require_uuid(self.uuid, 'device'))
         agent_rpcapi.AgentAPI().resync(base.context(), device['hostname'])
+
+    @pecan.expose(generic=True)
+    def share(self):
+        return base.not_allowed('POST')
+
+    @share.when(method='POST')
+    @base.handler()
+    def post_share(self):
+        """Ask for sharing by capacity (mps | time-slice) or none; the
+        device's agent sets the share pool up, or says why it cannot in
+        the `Share` condition."""
+        self._lifecycle_action('share')
+        body = base.body(schema.SHARE)
+        mode = body['mode']
+        slots = body.get('slots', DEFAULT_SHARE_SLOTS) \
+            if mode != 'none' else None
+        before = db.set_share(base.require_uuid(self.uuid, 'device'), mode,
+                              slots)
+        if (before['share_mode'], before['share_slots']) != (mode, slots):
+            agent_rpcapi.AgentAPI().resync(base.context(), before['hostname'])
+        return serialize(db.get(self.uuid))
 
     def _set_excluded(self, action, excluded):
         self._lifecycle_action(action)

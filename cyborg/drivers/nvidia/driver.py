@@ -11,11 +11,19 @@ handle and needs the GPU on the passthrough driver (rebinding only behind
 the safety gates); a request for fewer memory slices names a MIG profile,
 for which a GPU instance + compute instance are created at a placement the
 packing policy picks, and released (CI, then GI) at unbind.
+
+Sharing by capacity: a GPU the operator put into a share mode (MPS or
+time-slice) is also reported as a second deployable, `<address>_share`,
+whose provider offers percent of the SMs, MiB of memory and client slots.
+The agent makes the share pool exclusive with whole/MIG use in Placement
+(cyborg.agent.share_pools); binding a share only records what it grants
+(and, for VMs, the smallest vGPU type that fits).
 """
 
 import collections
 import json
 import os
+import re
 import threading
 
 from oslo_log import log
@@ -52,6 +60,39 @@ def _is_whole(deployable_total, group):
         >= deployable_total
 
 
+SHARE_SUFFIX = '_share'
+_FRAMEBUFFER = re.compile(r'framebuffer=(\d+)M', re.I)
+_TYPE_SIZE = re.compile(r'-(\d+)[A-Z]*$')
+
+
+def share_name(address):
+    return address + SHARE_SUFFIX
+
+
+def _share_address(deployable_name):
+    if deployable_name.endswith(SHARE_SUFFIX):
+        return deployable_name[:-len(SHARE_SUFFIX)]
+    return None
+
+
+def _framebuffer_mb(vgpu_type):
+    """MiB of a vGPU type: `framebuffer=NNNNM` in its description, else
+    the GB size at the end of its name ('GRID H200-18C' → 18432)."""
+    m = _FRAMEBUFFER.search(vgpu_type.get('description') or '')
+    if m:
+        return int(m.group(1))
+    m = _TYPE_SIZE.search((vgpu_type.get('name') or '').strip())
+    return int(m.group(1)) * 1024 if m else None
+
+
+def smallest_vgpu_type(types, memory_mb):
+    """The type id with the smallest framebuffer that holds memory_mb."""
+    sized = sorted((fb, t['type']) for t in types
+                   for fb in [_framebuffer_mb(t)] if fb is not None
+                   and fb >= (memory_mb or 0))
+    return sized[0][1] if sized else None
+
+
 def _gpu_from_json(data):
     profiles = tuple(nvml.MigProfile(**dict(
         p, placements=tuple(p['placements']))) for p in data['profiles'])
@@ -82,6 +123,19 @@ class NvidiaDriver(base.Driver):
             self.backend, recovery_after=CONF.nvidia.health_recovery_after)
         self._nova_specs = [pci_driver.DeviceSpec(spec) for spec in
                             CONF.pci_driver.nova_device_spec]
+        self._share_modes = {}    # address → {mode, slots} the operator set
+        self._share_bound = {}    # address → share handles bindings hold
+        self._share_slots = {}    # address → slots last reported
+
+    def set_share_modes(self, modes):
+        """The share modes operators asked for ({address: {mode, slots}};
+        absent or mode 'none': no share pool). True when it changes."""
+        wanted = {a: {'mode': m['mode'], 'slots': int(m.get('slots') or 10)}
+                  for a, m in modes.items()
+                  if m and m.get('mode') in resources.SHARE_MODES}
+        changed = wanted != self._share_modes
+        self._share_modes = wanted
+        return changed
 
     # Discovery -------------------------------------------------------------
 
@@ -252,18 +306,69 @@ class NvidiaDriver(base.Driver):
                      gpu.compute_capability[:2]),
                  'mig_mode': gpu.mig_current}
         phase, conditions = self._phase(gpu, mode, instances)
+        observations = {
+            'mode': mode, 'driver': function['driver'],
+            'orphan_instances': len(orphans), 'conditions': conditions,
+            'adopted': mode == 'Passthrough'
+            and CONF.nvidia.adopt_passthrough}
+        deployables = [deployable]
+        share, observation = self._share(gpu, mode, traits)
+        if share is not None:
+            deployables.append(share)
+        if observation is not None:
+            observations['share'] = observation
+            board['share_mode'] = observation['mode']
         return base.Device(
             type='GPU', vendor=sysfs_mod.NVIDIA_VENDOR,
             product_id=gpu.product_id, model=gpu.name,
             controlpath_id={'cpid_type': 'PCI',
                             'cpid_info': base.pci_info(gpu.address)},
-            deployables=[deployable], std_board_info=board,
+            deployables=deployables, std_board_info=board,
             vendor_board_info=gpu.uuid, phase=phase,
-            observations={
-                'mode': mode, 'driver': function['driver'],
-                'orphan_instances': len(orphans), 'conditions': conditions,
-                'adopted': mode == 'Passthrough'
-                and CONF.nvidia.adopt_passthrough})
+            observations=observations)
+
+    def _share(self, gpu, mode, gpu_traits):
+        """The `_share` deployable of a GPU in a share mode (or one that
+        left it while bindings still hold shares: then fully reserved), and
+        what the agent needs to know: {mode, slots, ready, draining, why}."""
+        wanted = self._share_modes.get(gpu.address)
+        bound = self._share_bound.get(gpu.address, 0)
+        if wanted is None and not bound:
+            self._share_slots.pop(gpu.address, None)
+            return None, None
+        slots = (wanted['slots'] if wanted
+                 else self._share_slots.get(gpu.address, bound))
+        slots = max(slots, bound)
+        observation = {'mode': wanted['mode'] if wanted else 'none',
+                       'slots': slots, 'draining': wanted is None,
+                       'ready': True}
+        if mode != 'Compute':
+            observation.update(ready=False, why=(
+                'GPU %s is bound to %s; sharing needs the nvidia driver'
+                % (gpu.address, self.sysfs.driver(gpu.address)
+                   or 'no driver')))
+            if not bound:
+                return None, observation
+        invs = resources.share_inventories(
+            gpu, slots, CONF.nvidia.share_memory_margin_mb,
+            fenced=not (wanted and observation['ready']))
+        share_mode = wanted['mode'] if wanted else None
+        traits = {t for t in gpu_traits
+                  if t.startswith(('CUSTOM_GPU_VENDOR_', 'CUSTOM_GPU_MODEL_',
+                                   'CUSTOM_GPU_CC_', 'CUSTOM_GPU_NUMA_'))}
+        if share_mode:
+            traits.add(resources.SHARE_TRAITS[share_mode])
+        pf = base.pci_info(gpu.address)
+        self._share_slots[gpu.address] = slots
+        return base.Deployable(
+            name=share_name(gpu.address), num_accelerators=slots,
+            resource_class=resources.SHARE_SLOT, traits=sorted(traits),
+            attach_handles=[base.AttachHandle('MDEV', dict(
+                pf, share_slot=str(n))) for n in range(slots)],
+            driver_name=self.name,
+            attributes={'gpu_uuid': gpu.uuid,
+                        'share_mode': share_mode or 'none'},
+            inventories=invs), observation
 
     def _phase(self, gpu, mode, instances):
         """The phase the hardware allows, with its conditions."""
@@ -357,7 +462,14 @@ class NvidiaDriver(base.Driver):
         what the last discovery reported is out of date."""
         updates = {}
         claimed = {}
+        share_bound = {_share_address(name): len(handles)
+                       for name, handles in prepared.items()
+                       if _share_address(name) and handles}
+        share_changed = share_bound != self._share_bound
+        self._share_bound = share_bound
         for address, handles in prepared.items():
+            if _share_address(address):
+                continue
             infos = [(h['uuid'], _info(h)) for h in handles]
             claimed[address] = {(i['mig_profile'], int(i['mig_start']))
                                 for _, i in infos if 'mig_start' in i}
@@ -365,7 +477,7 @@ class NvidiaDriver(base.Driver):
                 self._mine[address] -= claimed[address]
                 updates.update(self._recreate_lost(address, infos))
         claimed = {a: c for a, c in claimed.items() if c}
-        changed = bool(updates) or claimed != self._claimed
+        changed = bool(updates) or claimed != self._claimed or share_changed
         self._claimed = claimed
         return changed, updates
 
@@ -400,12 +512,17 @@ class NvidiaDriver(base.Driver):
 
     @classmethod
     def pick_handles(cls, deployable, request_group, handles):
+        if _share_address(deployable['name']):
+            return [h for h in handles if 'share_slot' in _info(h)]
         pf = base.pci_info(deployable['name'])
         whole = _is_whole(deployable['num_accelerators'], request_group)
         return [h for h in handles
                 if (_info(h) == pf) == whole]
 
     def prepare(self, deployable_name, handle):
+        if _share_address(deployable_name):
+            return self._prepare_share(_share_address(deployable_name),
+                                       handle)
         address = deployable_name
         with self._locks[address]:
             gpu = self._geometry.get(address)
@@ -429,6 +546,40 @@ class NvidiaDriver(base.Driver):
                 self.backend.refresh()
                 LOG.info('GPU %s returned to %s', address,
                          info['restore_driver'])
+
+    # Shares ----------------------------------------------------------------
+
+    def _prepare_share(self, address, handle):
+        """What a share grants; Placement already counted it against the
+        pool. Nothing is made on the GPU: MPS/time-slice consumers enforce
+        (or not) their limits themselves. For VMs, the smallest vGPU type
+        that holds the memory (when the host has the vGPU manager)."""
+        wanted = self._share_modes.get(address)
+        if wanted is None:
+            raise PrepareError('GPU %s is not in a share mode' % address)
+        vector = resources.request_vector(handle.get('request_group') or {})
+        memory = vector.get(resources.MEMORY_MB)
+        percent = vector.get(resources.CORE_PERCENT)
+        if memory is None and percent is None:
+            raise PrepareError('A share of GPU %s asks for neither %s nor %s'
+                               % (address, resources.MEMORY_MB,
+                                  resources.CORE_PERCENT))
+        info = {'share_mode': wanted['mode']}
+        if memory is not None:
+            info['share_memory_mb'] = memory
+        if percent is not None:
+            info['share_percent'] = percent
+        types = self.sysfs.mdev_types(address)
+        if types:
+            gpu = self._geometry.get(address)
+            fit = memory or (gpu.memory_total // resources.MIB * percent
+                             // 100 if gpu else 0)
+            vgpu = smallest_vgpu_type(types, fit)
+            if vgpu is None:
+                raise PrepareError('No vGPU type of GPU %s holds %d MiB'
+                                   % (address, fit))
+            info['vgpu_type'] = vgpu
+        return info
 
     # Reclaim ---------------------------------------------------------------
 

@@ -20,6 +20,8 @@ Host spec (YAML-friendly)::
           sriov_vfs: 16              # optional VFs enabled (default 0)
           sriov_totalvfs: 16         # optional, default sriov_vfs
           iommu_group: 20            # optional, else allocated
+          vgpu_types:                # optional vGPU manager types (no mdev)
+            - {name: GRID H200-18C, framebuffer_mb: 18432}
 """
 
 import json
@@ -141,6 +143,18 @@ class _Tree:
                                   'devices', address),
                      os.path.join(members, address))
 
+    def add_vgpu_type(self, pf, type_id, name, framebuffer_mb, available):
+        """A vGPU type the vGPU manager offers on `pf` (none created)."""
+        path = self.dev(pf, 'mdev_supported_types', type_id)
+        os.makedirs(path, exist_ok=True)
+        _write(os.path.join(path, 'name'), name)
+        _write(os.path.join(path, 'description'),
+               'num_heads=4, frl_config=60, framebuffer=%dM, '
+               'max_resolution=7680x4320, max_instance=%d'
+               % (framebuffer_mb, available))
+        _write(os.path.join(path, 'available_instances'), available)
+        _write(os.path.join(path, 'device_api'), 'vfio-pci')
+
     def add_mdevs(self, pf, count):
         """A PF carved into vGPUs by someone else (e.g. Nova's vGPU
         support): a supported type and `count` mdevs under the PF."""
@@ -256,6 +270,10 @@ class FakeGpuHost:
                 'iommu_group' in gpu else next(groups)
             tree.add_function(address, info['pci_device_id'], numa,
                               gpu.get('driver', 'nvidia'), group)
+            for n, vgpu in enumerate(gpu.get('vgpu_types') or ()):
+                tree.add_vgpu_type(address, 'nvidia-%d' % (1100 + n),
+                                   vgpu['name'], vgpu['framebuffer_mb'],
+                                   vgpu.get('available_instances', 1))
             if gpu.get('mdevs'):
                 tree.add_mdevs(address, int(gpu['mdevs']))
             vfs = int(gpu.get('sriov_vfs', 0))

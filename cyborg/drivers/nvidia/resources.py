@@ -25,6 +25,13 @@ NVDEC = gpu_classes.NVDEC
 NVJPG = gpu_classes.NVJPG
 OFA = gpu_classes.OFA
 ENGINE_RCS = ((NVDEC, 'decoders'), (NVJPG, 'jpegs'), (OFA, 'ofas'))
+CORE_PERCENT = gpu_classes.CORE_PERCENT
+MEMORY_MB = gpu_classes.MEMORY_MB
+SHARE_SLOT = gpu_classes.SHARE_SLOT
+SHARE_MODES = ('mps', 'time-slice')
+SHARE_TRAITS = {'mps': 'CUSTOM_GPU_SHARE_MPS',
+                'time-slice': 'CUSTOM_GPU_SHARE_TIMESLICE'}
+MIB = 1 << 20
 
 _TRAIT_CHARS = re.compile(r'[^A-Z0-9]+')
 
@@ -123,3 +130,30 @@ def request_vector(group):
             rc = key.split(':', 1)[1]
             vector[rc] = int(value)
     return vector
+
+
+def share_memory_mb(gpu, margin_mb):
+    """MiB a share pool of `gpu` can hand out: NVML's total less what the
+    driver reserves (memory info v2 `reserved`, KAI #2212) less a safety
+    margin; rounded so that shares never exceed the card."""
+    total = gpu.memory_total // MIB
+    reserved = -(-(gpu.memory_reserved or 0) // MIB)
+    return max(0, total - reserved - margin_mb)
+
+
+def share_inventories(gpu, slots, margin_mb, fenced=False):
+    """The `_share` provider of a GPU in a share mode. Percent and memory
+    are never oversubscribed (allocation_ratio 1.0 for time-slice too)."""
+    invs = {
+        CORE_PERCENT: {'total': 100, 'min_unit': 1, 'max_unit': 100,
+                       'step_size': 1},
+        MEMORY_MB: {'total': share_memory_mb(gpu, margin_mb),
+                    'min_unit': 1, 'step_size': 1},
+        SHARE_SLOT: {'total': slots, 'min_unit': 1, 'max_unit': 1,
+                     'step_size': 1},
+    }
+    for inv in invs.values():
+        inv.setdefault('max_unit', inv['total'])
+        inv['allocation_ratio'] = 1.0
+        inv['reserved'] = inv['total'] if fenced else 0
+    return {rc: inv for rc, inv in invs.items() if inv['total'] > 0}

@@ -91,6 +91,27 @@ class Sysfs:
         return sorted(n for n in names if _UUID.match(n) and os.path.exists(
             os.path.join(path, n, 'mdev_type')))
 
+    def mdev_types(self, address):
+        """[{type, name, description, available_instances}] of the vGPU
+        types the PF offers (the NVIDIA vGPU manager's
+        mdev_supported_types); [] without a vGPU manager."""
+        path = self._dev(address, 'mdev_supported_types')
+        try:
+            names = sorted(os.listdir(path))
+        except OSError:
+            return []
+        out = []
+        for name in names:
+            entry = {'type': name}
+            for key in ('name', 'description', 'available_instances'):
+                try:
+                    with open(os.path.join(path, name, key)) as f:
+                        entry[key] = f.read().strip()
+                except OSError:
+                    entry[key] = ''
+            out.append(entry)
+        return out
+
     def driver(self, address):
         try:
             return os.path.basename(os.readlink(self._dev(address, 'driver')))

@@ -1,0 +1,210 @@
+"""Sharing a GPU by capacity (MPS / time-slice) through the API, agent,
+conductor and Placement with the nvidia driver over the fake NVML: the
+`_share` provider's totals, one ARQ per share bound through it, Placement
+never handing out more than the card, and share pool vs whole/MIG use
+excluding each other through the pool consumer's allocation."""
+
+import json
+import os
+import time
+import uuid
+
+import pytest
+
+from cyborg.agent import providers
+from cyborg.agent import share_pools
+from cyborg.conf import CONF
+from cyborg.drivers.nvidia import driver as nvidia
+from cyborg.drivers.nvidia import fake_sysfs
+from tests.conductor import test_binding
+from tests.conductor import test_gpu_binding
+from tests.conductor import test_gpu_lifecycle
+
+nova_server = test_binding.nova_server
+GPU = '0000:1b:00.0'
+SHARE = GPU + '_share'
+V24 = test_gpu_lifecycle.V24
+PROFILE = 'gpu-share-mps-25pct-16g'
+# The fake H200 capture: NVML total 143771 MiB, v2 reserved 615.06 MiB
+# (rounded up), minus the default 256 MiB margin.
+SHARE_MEMORY = 143771 - 616 - 256
+MIG_1G = {'CUSTOM_GPU_MEM_SLICE': 1, 'CUSTOM_GPU_COMPUTE_SLICE': 1,
+          'CUSTOM_GPU_NVDEC': 1, 'CUSTOM_GPU_NVJPG': 1}
+
+
+@pytest.fixture
+def gpu_host(tmp_path):
+    host = fake_sysfs.FakeGpuHost({'iommu': True, 'gpus': [{
+        'model': 'h200', 'pci_address': GPU, 'mig_mode': 1,
+        'vgpu_types': [
+            {'name': 'GRID H200-72C', 'framebuffer_mb': 73728},
+            {'name': 'GRID H200-18C', 'framebuffer_mb': 18432},
+            {'name': 'GRID H200-36C', 'framebuffer_mb': 36864}]}]},
+        root=str(tmp_path / 'sys'))
+    with host:
+        CONF.set_override('sysfs_root', host.root, group='nvidia')
+        yield host
+
+
+@pytest.fixture
+def stack(sqlite_database, placement_service, nova_server, gpu_host):
+    s = test_binding.Stack(placement_service, nova_server,
+                           test_gpu_binding.new_driver())
+    s.gpu_host = gpu_host
+    with open(os.path.join(test_gpu_binding.PROFILES,
+                           PROFILE + '.json')) as f:
+        s.profile(PROFILE, json.load(f)[0]['groups'])
+    yield s
+    s.stop()
+
+
+def share_rp(stack):
+    return providers.provider_uuid(stack.host, SHARE)
+
+
+def pool(stack):
+    allocations, _ = stack.placement.allocations(
+        share_pools.pool_consumer(stack.rp(GPU)))
+    return allocations
+
+
+def allocate(stack, rp, resources, consumer=None):
+    r = stack.placement.adapter.put(
+        '/allocations/%s' % (consumer or uuid.uuid4()), microversion='1.28',
+        json={'allocations': {rp: {'resources': resources}},
+              'project_id': 'p1', 'user_id': 'u1',
+              'consumer_generation': None}, raise_exc=False)
+    return r.status_code
+
+
+def set_share(stack, mode, **extra):
+    dev = test_gpu_lifecycle.device(stack, GPU)
+    r = stack.api('POST', '/v2/devices/%s/share' % dev['uuid'],
+                  dict(extra, mode=mode), headers=V24)
+    assert r.status_int == 200, r.text
+    stack.agent.report_once(full=True)
+    return test_gpu_lifecycle.device(stack, GPU)
+
+
+def share_condition(dev):
+    return next(((c['status'], c['reason']) for c in dev['conditions']
+                 if c['type'] == 'Share'), None)
+
+
+def test_share_pool_binds_shares_and_excludes_whole_and_mig(stack):
+    dev = set_share(stack, 'mps', slots=4)
+    assert (dev['share_mode'], dev['share_slots']) == ('mps', 4)
+    assert share_condition(dev) == ('True', 'Pooled')
+    rp = stack.rp(SHARE)
+    assert rp == share_rp(stack)
+    _, inventories = stack.placement.inventories(rp)
+    assert {rc: (inv['total'], inv['reserved'], inv['max_unit'])
+            for rc, inv in inventories.items()} == {
+        'CUSTOM_GPU_CORE_PERCENT': (100, 0, 100),
+        'CUSTOM_GPU_MEMORY_MB': (SHARE_MEMORY, 0, SHARE_MEMORY),
+        'CUSTOM_GPU_SHARE_SLOT': (4, 0, 1)}
+    _, traits = stack.placement.traits(rp)
+    assert {'CUSTOM_GPU_SHARE_MPS', 'CUSTOM_GPU_MODEL_H200',
+            'OWNER_CYBORG'} <= traits
+    # The pool consumer holds the whole GPU provider.
+    gpu_rp = stack.rp(GPU)
+    assert pool(stack) == {gpu_rp: {
+        'CUSTOM_GPU_MEM_SLICE': 8, 'CUSTOM_GPU_COMPUTE_SLICE': 7,
+        'CUSTOM_GPU_NVDEC': 7, 'CUSTOM_GPU_NVJPG': 7, 'CUSTOM_GPU_OFA': 1}}
+    assert allocate(stack, gpu_rp, MIG_1G) == 409
+    assert allocate(stack, gpu_rp, pool(stack)[gpu_rp]) == 409
+
+    # One share: one ARQ, claimed in Placement on the share provider,
+    # bound through it.
+    arqs = stack.create_arqs(PROFILE)
+    assert len(arqs) == 1
+    instance = str(uuid.uuid4())
+    share = {'CUSTOM_GPU_MEMORY_MB': 16384, 'CUSTOM_GPU_CORE_PERCENT': 25,
+             'CUSTOM_GPU_SHARE_SLOT': 1}
+    assert allocate(stack, rp, share, instance) == 204
+    assert stack.bind(arqs, instance, [rp]).status_int == 202
+    [bound] = stack.wait_resolved(instance)
+    assert bound['state'] == 'Bound', bound
+    info = bound['attach_handle_info']
+    assert bound['attach_handle_type'] == 'MDEV'
+    assert (info['share_mode'], info['share_memory_mb'],
+            info['share_percent']) == ('mps', 16384, 25)
+    assert info['vgpu_type'] == 'nvidia-1101'     # the 18C: smallest fit
+    stack.agent.report_once(full=True)
+    assert test_gpu_lifecycle.device(stack, GPU)['management_state'] == \
+        'Managed'
+
+    # Never more than the card.
+    assert allocate(stack, rp, {'CUSTOM_GPU_MEMORY_MB':
+                                SHARE_MEMORY - 16384 + 1,
+                                'CUSTOM_GPU_SHARE_SLOT': 1}) == 409
+    assert allocate(stack, rp, {'CUSTOM_GPU_CORE_PERCENT': 76,
+                                'CUSTOM_GPU_SHARE_SLOT': 1}) == 409
+
+    # Leaving share mode while a share is held: fenced, kept.
+    dev = set_share(stack, 'none')
+    assert share_condition(dev) == ('False', 'ShareInUse')
+    _, inventories = stack.placement.inventories(rp)
+    assert all(inv['reserved'] == inv['total']
+               for inv in inventories.values())
+    assert pool(stack)
+    assert allocate(stack, gpu_rp, MIG_1G) == 409
+
+    # Freed: share provider and pool allocation gone, MIG possible again.
+    r = stack.api('DELETE', '/v2/accelerator_requests?instance=%s'
+                  % instance, headers=test_binding.NOVA_HEADERS)
+    assert r.status_int == 204
+    stack.placement.delete_allocations(instance)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        stack.agent.report_once(full=True)
+        if stack.placement.provider(rp) is None:
+            break
+        time.sleep(0.1)
+    assert stack.placement.provider(rp) is None
+    assert pool(stack) == {}
+    dev = test_gpu_lifecycle.device(stack, GPU)
+    assert share_condition(dev) is None
+    assert allocate(stack, gpu_rp, MIG_1G) == 204
+
+
+def test_share_mode_refused_while_mig_is_in_use(stack):
+    gpu_rp = stack.rp(GPU)
+    mig_claim = str(uuid.uuid4())
+    assert allocate(stack, gpu_rp, MIG_1G, mig_claim) == 204
+    dev = set_share(stack, 'time-slice')
+    assert share_condition(dev) == ('False', 'GpuInUse')
+    assert stack.placement.provider(share_rp(stack)) is None
+    deps = stack.api('GET', '/v2/deployables').json['deployables']
+    assert SHARE not in {d['name'] for d in deps}
+    # Once the MIG claim is gone, the next pass makes the pool.
+    stack.placement.delete_allocations(mig_claim)
+    stack.agent.report_once(full=True)
+    dev = test_gpu_lifecycle.device(stack, GPU)
+    assert share_condition(dev) == ('True', 'Pooled')
+    _, traits = stack.placement.traits(share_rp(stack))
+    assert 'CUSTOM_GPU_SHARE_TIMESLICE' in traits
+    _, inventories = stack.placement.inventories(share_rp(stack))
+    assert inventories['CUSTOM_GPU_SHARE_SLOT']['total'] == 10
+    assert inventories['CUSTOM_GPU_CORE_PERCENT']['allocation_ratio'] == 1.0
+
+
+def test_share_provider_is_fenced_with_its_device(stack):
+    set_share(stack, 'mps')
+    dev = test_gpu_lifecycle.device(stack, GPU)
+    r = stack.api('POST', '/v2/devices/%s/exclude' % dev['uuid'],
+                  headers=V24)
+    assert r.status_int == 200
+    stack.agent.report_once(full=True)
+    for address in (GPU, SHARE):
+        assert test_gpu_lifecycle.fenced(stack, address), address
+
+
+def test_smallest_vgpu_type():
+    types = [{'type': 'a', 'name': 'GRID H200-36C', 'description': ''},
+             {'type': 'b', 'name': 'x',
+              'description': 'num_heads=4, framebuffer=18432M'},
+             {'type': 'c', 'name': 'GRID H200-141C', 'description': ''}]
+    assert nvidia.smallest_vgpu_type(types, 16384) == 'b'
+    assert nvidia.smallest_vgpu_type(types, 20000) == 'a'
+    assert nvidia.smallest_vgpu_type(types, 200000) is None
