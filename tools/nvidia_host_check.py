@@ -2,8 +2,9 @@
 """Read-only check of the nvidia driver against this host's GPUs.
 
 What the agent would report (providers, inventories, traits, attach
-handles), how long a discovery takes, and why a whole-GPU or MIG bind
-would be refused here. It never changes device state: MIG on demand and
+handles), how long a discovery takes, why a whole-GPU or MIG bind would be
+refused here, and what the health monitor and metrics read (telemetry, a
+health probe, the XID/ECC event types NVML accepts). It never changes device state: MIG on demand and
 passthrough rebinding are switched off for the run, so the bind paths stop
 at their read-only gates. Each GPU's MIG profiles are compared with the
 shipped model of the same product name, when there is one.
@@ -69,6 +70,16 @@ def refusals(drv, gpus):
     return out
 
 
+def health(backend, uuid):
+    """Telemetry, a health probe, and the XID/ECC events NVML lets us
+    register (one short wait: events are only read, never caused)."""
+    backend.create_event_set()
+    mask = backend.register_events(uuid)
+    return {'telemetry': backend.telemetry(uuid),
+            'probe': backend.health_probe(uuid), 'event_mask': mask,
+            'event_within_500ms': backend.wait_event(500)}
+
+
 def check():
     backend = nvml.PynvmlBackend()
     backend.open()
@@ -89,6 +100,7 @@ def check():
                       for g in gpus},
         'refusals': refusals(drv, gpus),
     }
+    report['health'] = {g.address: health(backend, g.uuid) for g in gpus}
     report['state_unchanged'] = modes == [
         (g.mig_current, g.mig_pending) for g in backend.gpus()]
     report['kernel_drivers'] = {g.address: drv.sysfs.driver(g.address)
@@ -113,6 +125,10 @@ def summary(report):
                      % (key, value))
     for key, reason in report['refusals'].items():
         lines.append('%s: %s' % (key, reason))
+    for address, h in report['health'].items():
+        lines.append('%s health probe: %s; event mask %d; telemetry: %s'
+                     % (address, h['probe'], h['event_mask'],
+                        h['telemetry']))
     lines.append('device state unchanged: %s' % report['state_unchanged'])
     return '\n'.join(lines)
 

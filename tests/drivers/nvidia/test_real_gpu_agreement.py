@@ -45,3 +45,34 @@ def test_host_check_tool_is_read_only(tmp_path, capsys):
         'MIG mode is off')
     assert report['kernel_drivers'] == {'0000:00:06.0': 'nvidia'}
     assert 'device state unchanged: True' in capsys.readouterr().out
+
+
+HEALTH = os.path.join(os.path.dirname(FIXTURE), 'h200-real-health-check.json')
+
+
+def test_fake_h200_telemetry_and_health_read_like_the_real_one(tmp_path):
+    """What .devrun-style checks read on the real H200 (telemetry, health
+    probe, the event types NVML lets us register) the fake answers with the
+    same shape and the same supported/unsupported fields."""
+    with open(HEALTH) as f:
+        real = json.load(f)
+    host = fake_sysfs.FakeGpuHost({'iommu': False, 'gpus': [{
+        'model': 'h200', 'pci_address': '0000:00:06.0'}]},
+        root=str(tmp_path))
+    with host:
+        CONF.set_override('sysfs_root', host.root, group='nvidia')
+        backend = nvml.PynvmlBackend()
+        backend.open()
+        [gpu] = backend.gpus()
+        telemetry = backend.telemetry(gpu.uuid)
+        probe = backend.health_probe(gpu.uuid)
+        backend.create_event_set()
+        mask = backend.register_events(gpu.uuid)
+    assert set(telemetry) == set(real['telemetry'])
+    assert {k for k, v in telemetry.items() if v is None} == \
+        {k for k, v in real['telemetry'].items() if v is None}
+    assert probe == real['probe']
+    assert mask == real['event_mask']
+    assert real['verdict'] == ['Ready', 'Healthy', 'no fatal GPU error seen']
+    assert {'cyborg_gpu_memory_total_bytes', 'cyborg_device_phase',
+            'cyborg_gpu_temperature_celsius'} <= set(real['families'])
