@@ -4,10 +4,11 @@
 What the agent would report (providers, inventories, traits, attach
 handles), how long a discovery takes, why a whole-GPU or MIG bind would be
 refused here, and what the health monitor and metrics read (telemetry, a
-health probe, the XID/ECC event types NVML accepts). It never changes device state: MIG on demand and
-passthrough rebinding are switched off for the run, so the bind paths stop
-at their read-only gates. Each GPU's MIG profiles are compared with the
-shipped model of the same product name, when there is one.
+health probe, the XID/ECC event types NVML accepts). It never changes
+device state: MIG on demand and passthrough rebinding are switched off for
+the run, so the bind paths stop at their read-only gates. Each GPU's MIG
+profiles are compared with the shipped model of the same product name,
+when there is one.
 
     python tools/nvidia_host_check.py [--json OUT.json] [--fake MODEL]
 
