@@ -220,8 +220,12 @@ class EmbeddedStack:
 
         if self._servers and self._servers[-1].name == 'cyborg-api':
             self._servers.pop().stop()
-        # The conductor first: its in-flight binds still need the agent to
-        # answer their prepare() calls.
+        # No new agent report pass, and the one running finishes while the
+        # conductor it talks to still answers.
+        if self.agent is not None:
+            self.agent.stop()
+        # Then the conductor: its in-flight binds still need the agent's RPC
+        # server to answer their prepare() calls.
         while self._services:
             self._services.pop(0).stop()
         rpc.cleanup()
