@@ -101,7 +101,8 @@ MEASURES = (('patch', 'PATCH → 202'), ('bound', 'PATCH → Bound'),
             ('event', 'PATCH → event at Nova'),
             ('delete', 'DELETE → 204'),
             ('released', 'DELETE → device released'),
-            ('republished', 'DELETE → inventory republished'))
+            ('republished', 'DELETE → inventory republished'),
+            ('settled', 'DELETE → GPU and provider as before the bind'))
 # Calls timed inside the service → label in the report.
 SPANS = (('driver prepare', "in the driver's prepare()"),
          ('driver release', "in the driver's release()"),
@@ -386,12 +387,20 @@ STATES = {'mig': {'bound': (1, 'nvidia', False),
                     'released': (0, 'nvidia', True)}}
 
 
-def check_state(svc, kind, address, when):
-    state = svc.device_state(address)
-    if state == STATES[kind][when]:
-        return []
-    return ['%s: %d MIG instance(s), on %s, provider %s' % (
-        when, state[0], state[1], 'idle' if state[2] else 'not idle')]
+def check_state(svc, kind, address, when, timeout=0.0):
+    """[] once the GPU and its provider are as expected (waiting up to
+    `timeout`: after a release the agent's lifecycle pass unfences a GPU
+    that was passed through), else the problem."""
+    deadline = time.perf_counter() + timeout
+    while True:
+        state = svc.device_state(address)
+        if state == STATES[kind][when]:
+            return []
+        if time.perf_counter() >= deadline:
+            return ['%s: %d MIG instance(s), on %s, provider %s' % (
+                when, state[0], state[1],
+                'idle' if state[2] else 'not idle')]
+        time.sleep(0.02)
 
 
 def bind_cycle(svc, kind, profile, address, timeout):
@@ -443,7 +452,8 @@ def bind_cycle(svc, kind, profile, address, timeout):
                 errors.append(problem)
             else:
                 out[measure] = at - t0
-    errors += check_state(svc, kind, address, 'released')
+    errors += check_state(svc, kind, address, 'released', timeout)
+    out['settled'] = time.perf_counter() - t0
     receiver.instances.remove(instance)
     return out, errors
 

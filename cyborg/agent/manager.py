@@ -19,6 +19,7 @@ from cyborg.drivers import base
 from cyborg.placement import client as placement
 
 LOG = log.getLogger(__name__)
+WAKE_MIN_GAP = 1.0
 
 
 class InvalidDriver(Exception):
@@ -65,9 +66,12 @@ class AgentManager:
         self.sync = providers.ProviderSync(placement_client, self.nodename)
         self.pools = share_pools.SharePools(placement_client, self.nodename)
         self.context = cyborg_context.get_admin_context()
+        # Binds and releases wake the loop to re-settle lifecycle; a burst
+        # of them costs one pass a second at most.
         self._loop = loop.Loop('agent-report', self._periodic_pass,
                                lambda: CONF.agent.report_interval,
-                               setup=self._wait_for_compute_node)
+                               setup=self._wait_for_compute_node,
+                               min_gap=WAKE_MIN_GAP)
         self._passes = 0
         self.last_writes = None
         self._sync_lock = threading.RLock()

@@ -2,6 +2,7 @@
 once when woken (an RPC asked for it), until stopped."""
 
 import threading
+import time
 
 from oslo_log import log
 
@@ -10,14 +11,17 @@ LOG = log.getLogger(__name__)
 
 class Loop:
 
-    def __init__(self, name, body, interval, setup=None):
+    def __init__(self, name, body, interval, setup=None, min_gap=0.0):
         """body(): one pass; exceptions are logged and the loop goes on.
         setup(stopped): runs once first (may wait on `stopped`); returning
-        False ends the loop."""
+        False ends the loop. min_gap: a pass woken early still starts no
+        sooner than this many seconds after the previous one ended, so a
+        burst of wake-ups costs one pass, not one each."""
         self.name = name
         self.body = body
         self.interval = interval
         self.setup = setup
+        self.min_gap = min_gap
         self.stopped = threading.Event()
         self._wakeup = threading.Event()
         self._thread = None
@@ -44,6 +48,10 @@ class Loop:
                 self.body()
             except Exception:
                 LOG.exception('%s: pass failed, will retry', self.name)
+            ended = time.monotonic()
             self._wakeup.wait(self.interval() if callable(self.interval)
                               else self.interval)
             self._wakeup.clear()
+            early = self.min_gap - (time.monotonic() - ended)
+            if early > 0:
+                self.stopped.wait(early)

@@ -231,9 +231,9 @@ class PynvmlBackend(NvmlBackend):
             except NvmlError as e:
                 if e.kind not in ('GpuIsLost', 'NotFound'):
                     raise
-                # Gone from NVML since init (unbound, fallen off the bus):
-                # sysfs decides what it is now.
-                LOG.warning('NVML device %d is unusable: %s', index, e)
+                # Gone from NVML since init (handed to vfio-pci, fallen off
+                # the bus): sysfs and the health monitor say what it is.
+                LOG.debug('NVML device %d is unusable: %s', index, e)
         return out
 
     def _gpu(self, h):

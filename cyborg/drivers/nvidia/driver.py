@@ -119,8 +119,11 @@ class NvidiaDriver(base.Driver):
         self._mine = collections.defaultdict(set)   # created, not yet in DB
         self._unavailable = None
         self._skipped = {}      # address → why it is not reported
+        # Short event waits: an NVML restart (after a GPU comes back to
+        # nvidia) waits for the one in progress.
         self.health = health_mod.HealthMonitor(
-            self.backend, recovery_after=CONF.nvidia.health_recovery_after)
+            self.backend, recovery_after=CONF.nvidia.health_recovery_after,
+            wait_ms=250)
         self._nova_specs = [pci_driver.DeviceSpec(spec) for spec in
                             CONF.pci_driver.nova_device_spec]
         self._share_modes = {}    # address → {mode, slots} the operator set
@@ -637,7 +640,8 @@ class NvidiaDriver(base.Driver):
             self.sysfs.rebind(gpu.address, target)
         except sysfs_mod.RebindError as e:
             raise PrepareError(str(e))
-        self.backend.refresh()
+        # No NVML restart: a GPU that left nvidia is simply no longer
+        # listed (the way back, in release(), does restart it).
         LOG.info('GPU %s moved from %s to %s for passthrough', gpu.address,
                  current, target)
         return {'restore_driver': current or ''}
