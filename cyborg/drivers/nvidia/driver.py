@@ -51,6 +51,8 @@ def _mode(driver):
 
 
 PrepareError = base.PrepareError
+# UUID prefix of a GPU known only from the shipped capture of its product.
+UNSEEN = 'unknown-'
 
 
 def _is_whole(deployable_total, group):
@@ -202,11 +204,16 @@ class NvidiaDriver(base.Driver):
             devices.append(device)
         return devices
 
+    def _watched(self):
+        """{address: Gpu} of the GPUs on nvidia that NVML has seen (their
+        health is watched; one missing from NVML is lost or returning)."""
+        return {a: g for a, g in self._geometry.items()
+                if not g.uuid.startswith(UNSEEN)
+                and self.sysfs.driver(a) == 'nvidia'}
+
     def _lost(self, gpus):
         """GPUs the nvidia driver holds that NVML did not list."""
-        return [a for a, g in self._geometry.items() if a not in gpus
-                and self.sysfs.driver(a) == 'nvidia'
-                and not g.uuid.startswith('unknown-')]
+        return [a for a in self._watched() if a not in gpus]
 
     def _watch_health(self, gpus):
         """XID/ECC events of the GPUs NVML sees, and a health probe of
@@ -215,11 +222,8 @@ class NvidiaDriver(base.Driver):
         if not CONF.nvidia.health_events:
             return
         self.health.watch([g.uuid for g in gpus])
-        for address, gpu in self._geometry.items():
-            if self.sysfs.driver(address) == 'nvidia' and \
-                    not gpu.uuid.startswith('unknown-'):
-                self.health.observe(gpu.uuid,
-                                    self.backend.health_probe(gpu.uuid))
+        for gpu in self._watched().values():
+            self.health.observe(gpu.uuid, self.backend.health_probe(gpu.uuid))
 
     def start(self):
         """Listen for XID/ECC events (the agent's service starts this)."""
@@ -236,7 +240,7 @@ class NvidiaDriver(base.Driver):
         if model is None:
             return None
         return nvml.Gpu(**dict(model, address=function['address'],
-                               uuid='unknown-' + function['address']))
+                               uuid=UNSEEN + function['address']))
 
     def _not_ours(self, function):
         """A GPU that someone else manages must not be offered twice: one
