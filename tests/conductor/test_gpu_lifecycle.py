@@ -241,8 +241,9 @@ def test_fatal_xid_fails_and_fences_then_recovers(stack):
     assert dev['phase'] == 'Failed'
     assert reason(dev, 'Healthy') == 'Xid48'
     assert fenced(stack, COMPUTE)
-    # No restart: healthy probes for the recovery time bring it back.
-    stack.clock.now += CONF.nvidia.health_recovery_after
+    # No restart: healthy probes for the recovery time bring it back (a
+    # second more: (t + 300) - t need not be 300 in floating point).
+    stack.clock.now += CONF.nvidia.health_recovery_after + 1
     health_pass(stack)
     dev = device(stack, COMPUTE)
     assert (dev['phase'], reason(dev, 'Healthy')) == ('Ready', 'Healthy')
