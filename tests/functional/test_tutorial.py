@@ -248,23 +248,19 @@ def _check(command, output, checks):
 
 
 def _wait_settled(aio, timeout=30):
-    """After the deletes: both GPUs Ready again (the first one back on
-    nvidia) once the report pass the unbinds trigger is done. Stopping
-    while that pass is in flight can hang cyborg-aio's stop (it stops the
-    conductor before the agent, whose report call then waits for its RPC
-    timeout), so the test also waits for it before stopping."""
+    """After the deletes: both GPUs free again (the first one back on
+    nvidia), as the report pass the unbinds trigger records it."""
     deadline = time.monotonic() + timeout
     while True:
         devices = requests.get(
             aio.api + '/devices', timeout=10,
             headers={'OpenStack-API-Version': 'accelerator 2.4'},
         ).json()['devices']
-        if sorted(d['phase'] for d in devices) == ['Ready', 'Ready'] \
-                and 'Passthrough/Managed -> Ready/Managed' in aio.logs():
-            break
+        if sorted((d['phase'], d['management_state'])
+                  for d in devices) == [('Ready', 'Unclaimed')] * 2:
+            return
         assert time.monotonic() < deadline, (devices, aio.logs())
         time.sleep(0.2)
-    time.sleep(1)  # the pass reports to the conductor after logging
 
 
 def _shipped_profile(name):
