@@ -120,11 +120,6 @@ class _Return(Exception):
         self.code = code
 
 
-def load_model(model):
-    """A model document: a name under models/, a JSON path or a dict."""
-    return models.load(model)
-
-
 def _error_code(value):
     """The code a capture recorded for a failing call, else None."""
     if isinstance(value, dict) and 'error' in value:
@@ -480,7 +475,7 @@ class FakeNvml:
     def __init__(self, gpus, driver_version=None, init_error=None,
                  visible=None, on_change=None):
         specs = [dict(g) for g in gpus]
-        docs = [load_model(s.get('model', 'h200')) for s in specs]
+        docs = [models.load(s.get('model', 'h200')) for s in specs]
         addresses = [pci.normalize_address(s['pci_address']) for s in specs]
         # Minor numbers follow PCI order; NVML indexes follow the spec.
         self._gpus = [_Gpu(s, d, sorted(addresses).index(a))

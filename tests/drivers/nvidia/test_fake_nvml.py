@@ -18,6 +18,7 @@ import pytest
 from cyborg.drivers import pci as pci_driver
 from cyborg.drivers.nvidia import fake_nvml
 from cyborg.drivers.nvidia import fake_sysfs
+from cyborg.drivers.nvidia import models
 from cyborg.drivers.nvidia.sysfs import RebindError
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
@@ -347,7 +348,7 @@ def test_h200_reproduces_the_real_capture(start):
 def test_model_files_have_the_capture_shape(model):
     with open(CAPTURE) as f:
         capture = json.load(f)
-    doc = fake_nvml.load_model(model)
+    doc = models.load(model)
     assert doc['_source']
     assert set(doc) - {'_source'} == set(capture)
     assert set(doc['devices'][0]) == set(capture['devices'][0])
@@ -395,7 +396,7 @@ def test_default_uuid_is_stable_per_address():
 
 
 def test_non_mig_model_is_not_supported(start):
-    doc = fake_nvml.load_model('h200')
+    doc = models.load('h200')
     dev = doc['devices'][0]
     dev['mig_mode'] = {'error': 'NVMLError_NotSupported', 'code': 3}
     dev['gi_profiles'] = []
@@ -790,7 +791,7 @@ def test_event_wait_is_woken_by_an_injected_event(start):
 
 
 def test_unsupported_event_types_and_unregistered_sets(start):
-    doc = fake_nvml.load_model('h200')
+    doc = models.load('h200')
     doc['devices'][0]['supported_event_types'] = XID_ECC
     fake = start([gpu(model=doc), gpu(address='0000:43:00.0', uuid=GPU_B)])
     h = N.nvmlDeviceGetHandleByIndex(0)
