@@ -11,6 +11,7 @@ import sys
 import threading
 
 from cyborg.cmd import common
+from cyborg.common import service
 from cyborg.conf import CONF
 from cyborg.embedded import stack as embedded
 
@@ -124,6 +125,7 @@ def main(argv=None):
     except OSError as e:  # typically a port already in use
         print('cyborg-aio: cannot start: %s' % e, file=sys.stderr)
         return 1
+    service.settle_heap()
     try:
         print(ready_line(stack), flush=True)
         if not args.no_demo and stack.nova_receiver is not None:

@@ -1,11 +1,24 @@
 """Running a service in the foreground until SIGINT/SIGTERM."""
 
+import gc
 import signal
 import time
 
 from oslo_log import log
 
 LOG = log.getLogger(__name__)
+
+
+def settle_heap():
+    """Hide what start-up allocated from the garbage collector.
+
+    Start-up leaves hundreds of thousands of long-lived objects (modules,
+    options, Placement's and SQLAlchemy's metadata). Every full collection
+    would walk them all again, a pause of tens of milliseconds landing in
+    the middle of some request; frozen, they are never scanned.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def run_until_signalled(name, start, stop):
@@ -21,6 +34,7 @@ def run_until_signalled(name, start, stop):
                 for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         start()
+        settle_heap()
         LOG.info('%s started', name)
         while not stopping:
             time.sleep(0.2)
