@@ -6,6 +6,8 @@ same transaction, and a notifier thread delivers every pending event to
 Nova, so an event survives Nova being down and the conductor restarting.
 """
 
+import time
+
 from oslo_log import log
 
 from cyborg.common import loop
@@ -34,6 +36,8 @@ class Binder:
         self.agent_api = agent_api
         self.notifier = notifier or nova.NovaNotifier()
         self.stale_after = stale_after
+        self.sweep_interval = sweep_interval
+        self._next_recover = 0.0
         self._loop = loop.Loop('nova-notifier', self._sweep, sweep_interval)
 
     # Binding ---------------------------------------------------------------
@@ -134,7 +138,12 @@ class Binder:
         self._loop.stop(timeout)
 
     def _sweep(self):
-        self.recover(older_than=self.stale_after)
+        # Woken after each bind, the pass only has events to send; the
+        # search for stuck ARQs is periodic work and keeps to its interval.
+        now = time.monotonic()
+        if now >= self._next_recover:
+            self._next_recover = now + self.sweep_interval
+            self.recover(older_than=self.stale_after)
         self.notify_pending()
 
     def notify_pending(self):

@@ -59,22 +59,27 @@ def claim_handle(arq_uuid):
     Returns {arq, deployable, device, handle}; raises BindError or Gone.
     """
     with api.writer() as session:
-        arq = session.execute(sa.select(ARQ).where(
-            ARQ.c.uuid == arq_uuid)).mappings().first()
-        if arq is None or arq['state'] != 'BindStarted':
+        # The ARQ, its deployable, device and profile in one round trip.
+        row = session.execute(
+            sa.select(ARQ, DEPLOYABLE, DEVICE, DP.c.profile_json)
+            .select_from(
+                ARQ.outerjoin(DEPLOYABLE,
+                              DEPLOYABLE.c.rp_uuid == ARQ.c.device_rp_uuid)
+                .outerjoin(DEVICE, DEVICE.c.id == DEPLOYABLE.c.device_id)
+                .outerjoin(DP, DP.c.id == ARQ.c.device_profile_id))
+            .where(ARQ.c.uuid == arq_uuid)).first()
+        if row is None or row._mapping[ARQ.c.state] != 'BindStarted':
             raise Gone(arq_uuid)
-        dep = session.execute(sa.select(DEPLOYABLE).where(
-            DEPLOYABLE.c.rp_uuid == arq['device_rp_uuid'])
-        ).mappings().first()
-        if dep is None:
+        arq, dep, device = (_columns(row, table)
+                            for table in (ARQ, DEPLOYABLE, DEVICE))
+        if dep['id'] is None:
             raise BindError('No device is known for resource provider %s'
                             % arq['device_rp_uuid'])
-        device = session.execute(sa.select(DEVICE).where(
-            DEVICE.c.id == dep['device_id'])).mappings().one()
         if device['status'] != 'enabled':
             raise BindError('Device %s on %s is in maintenance'
                             % (device['uuid'], device['hostname']))
-        group = _request_group(session, arq)
+        group = _request_group(row._mapping[DP.c.profile_json],
+                               arq['device_profile_group_id'])
         handle_id = arq['attach_handle_id'] or _take_free_handle(
             session, dep, group)
         updated = session.execute(ARQ.update().where(
@@ -84,31 +89,38 @@ def claim_handle(arq_uuid):
             raise Gone(arq_uuid)
         handle = session.execute(sa.select(AH).where(
             AH.c.id == handle_id)).mappings().one()
-        return {'arq': dict(arq), 'deployable': dict(dep),
-                'device': dict(device),
+        return {'arq': arq, 'deployable': dep, 'device': device,
                 'handle': dict(handle, request_group=group)}
 
 
-def _request_group(session, arq):
+def _columns(row, table):
+    return {c.name: row._mapping[c] for c in table.c}
+
+
+def _request_group(profile_json, index):
     """The device-profile group the ARQ was made from: what the driver
     needs to know to prepare the handle (e.g. which MIG size)."""
-    profile = session.execute(sa.select(DP.c.profile_json).where(
-        DP.c.id == arq['device_profile_id'])).scalar()
-    groups = json.loads(profile)['groups'] if profile else []
-    index = arq['device_profile_group_id']
+    groups = json.loads(profile_json)['groups'] if profile_json else []
     return groups[index] if index < len(groups) else {}
 
 
 def _take_free_handle(session, dep, group, attempts=5):
     """Flip one free handle that suits the request to in_use; a concurrent
     taker makes the conditional UPDATE match nothing and we try the next
-    one."""
+    one.
+
+    The free handles are read with a locking read: under MariaDB/MySQL's
+    REPEATABLE READ a plain SELECT keeps answering from the transaction's
+    snapshot, so a handle a concurrent binder took meanwhile would look
+    free on every attempt and the bind would fail with handles to spare.
+    """
     pick = drivers.handle_picker(dep['driver_name'])
+    free = []
     for _ in range(attempts):
         free = session.execute(
             sa.select(AH.c.id, AH.c.attach_type, AH.c.attach_info).where(
                 AH.c.deployable_id == dep['id'], AH.c.in_use == sa.false())
-            .order_by(AH.c.id)).mappings().all()
+            .order_by(AH.c.id).with_for_update()).mappings().all()
         candidates = pick(dep, group, [dict(h) for h in free])
         if not candidates:
             break
@@ -117,10 +129,10 @@ def _take_free_handle(session, dep, group, attempts=5):
             .values(in_use=True))
         if taken.rowcount == 1:
             return candidates[0]['id']
-    in_use = session.execute(sa.select(sa.func.count()).where(
-        AH.c.deployable_id == dep['id'], AH.c.in_use == sa.true())).scalar()
+    total = session.execute(sa.select(sa.func.count()).where(
+        AH.c.deployable_id == dep['id'])).scalar()
     raise BindError('No free attach handle for this request on deployable '
-                    '%s (%d in use)' % (dep['name'], in_use))
+                    '%s (%d in use)' % (dep['name'], total - len(free)))
 
 
 @_retry

@@ -195,7 +195,7 @@ def test_reclaim_is_fail_closed_on_allocations(stack):
     pass_after(stack, 0)
     pass_after(stack, 120)
     dev = device(stack, COMPUTE)
-    assert dev['management_state'] == 'Orphaned'
+    assert dev['management_state'] == 'Orphaned', str(dev['conditions'])
     assert stack.api('POST', '/v2/devices/%s/reclaim' % dev['uuid'],
                      headers=V24).status_int == 202
     stack.agent.report_once()
