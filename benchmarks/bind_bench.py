@@ -76,6 +76,7 @@ import time
 import uuid
 
 import _common
+import _distributed
 
 HOST = '127.0.0.1'
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -765,12 +766,21 @@ def _fmt(s, key):
     return '—' if v is None else '%.1f' % v
 
 
+def _deployment_words(meta):
+    if meta.get('deployment') == 'distributed':
+        return ('distributed (cyborg-api with %d gunicorn worker(s), '
+                'cyborg-conductor, cyborg-agent with the fake driver, '
+                'Placement; RabbitMQ; %s)' % (meta['api_workers'],
+                                              meta['db']))
+    return ('cyborg-aio (SQLite, fake driver, in-process oslo.messaging)')
+
+
 def markdown(meta, levels):
     lines = [
-        '**Bind latency** — cyborg-aio (SQLite, fake driver, in-process '
-        'oslo.messaging), %d card(s) × %d function(s); %s CPU(s) (%s); '
-        'Python %s; load average %s → %s'
-        % (meta['devices'], meta['functions'], meta['cpus'],
+        '**Bind latency** — %s, %d card(s) × %d function(s); %s CPU(s) '
+        '(%s); Python %s; load average %s → %s'
+        % (_deployment_words(meta), meta['devices'], meta['functions'],
+           meta['cpus'],
            meta['cpu_model'], meta['python'], meta['loadavg_start'][0],
            meta.get('loadavg_end', ['?'])[0])
         + ('; **experiments: %s** (not the shipped code)'
@@ -832,6 +842,17 @@ def _cpu_model():
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def wait_for_deployables(client, headers, count, timeout=60.0):
+    """The agent's first report may land after the API answers."""
+    deadline = time.monotonic() + timeout
+    while True:
+        deps = client.json('GET', '/deployables',
+                           headers=headers)['deployables']
+        if len(deps) >= count or time.monotonic() > deadline:
+            return deps
+        time.sleep(0.3)
 
 
 def parse_rounds(text):
@@ -899,6 +920,18 @@ def main(argv=None):
                         help='run this instead of the venv\'s cyborg-aio '
                              '(same flags appended; for A/B tests of a '
                              'change)')
+    parser.add_argument('--deployment', choices=('aio', 'distributed'),
+                        default='aio',
+                        help='aio: one cyborg-aio process (default); '
+                             'distributed: Placement, cyborg-api '
+                             '(--api-workers gunicorn workers), '
+                             'cyborg-conductor and cyborg-agent as separate '
+                             'processes over RabbitMQ at 127.0.0.1:5672')
+    parser.add_argument('--api-workers', type=int, default=2,
+                        help='distributed: cyborg-api workers (default 2)')
+    parser.add_argument('--db', choices=('sqlite', 'mysql', 'postgresql'),
+                        default='sqlite',
+                        help='distributed: the database (default sqlite)')
     parser.add_argument('--keep', action='store_true',
                         help='keep the temp dir (state, aio.log)')
     parser.add_argument('--debug', action='store_true',
@@ -922,10 +955,15 @@ def main(argv=None):
         receiver = EventReceiver()
         receiver.start()
         log('event receiver on %s' % receiver.url)
-        aio = Aio(workdir, spec, receiver.url, debug=args.debug,
-                  exe=args.aio_exe, experiments=args.experiment)
-        log('cyborg-aio (pid %d) ready: %s, %.1fs after start'
-            % (aio.pid, aio.api_url, time.perf_counter() - started))
+        if args.deployment == 'distributed':
+            aio = _distributed.Distributed(workdir, spec, receiver.url,
+                                           db=args.db,
+                                           api_workers=args.api_workers)
+        else:
+            aio = Aio(workdir, spec, receiver.url, debug=args.debug,
+                      exe=args.aio_exe, experiments=args.experiment)
+        log('%s ready: %s, %.1fs after start'
+            % (args.deployment, aio.api_url, time.perf_counter() - started))
 
         admin = Client(aio.port, aio.prefix, args.request_timeout)
         clients.append(admin)
@@ -933,8 +971,7 @@ def main(argv=None):
         admin.json('POST', '/device_profiles',
                    [{'name': PROFILE_NAME, 'groups': PROFILE_GROUPS}],
                    expect=201, headers=admin_headers)
-        deps = admin.json('GET', '/deployables',
-                          headers=admin_headers)['deployables']
+        deps = wait_for_deployables(admin, admin_headers, args.devices)
         devices = admin.json('GET', '/devices',
                              headers=admin_headers)['devices']
         rp_uuids = [d['rp_uuid'] for d in sorted(deps, key=lambda d: d['name'])
@@ -959,6 +996,10 @@ def main(argv=None):
             'rounds_plan': {str(k): v for k, v in plan.items()},
             'warmup_rounds': args.warmup_rounds,
             'experiments': args.experiment,
+            'deployment': args.deployment,
+            'api_workers': (args.api_workers
+                            if args.deployment == 'distributed' else None),
+            'db': args.db if args.deployment == 'distributed' else 'sqlite',
             'cpus': os.cpu_count(), 'cpu_model': _cpu_model(),
             'python': platform.python_version(),
             'platform': platform.platform(),
