@@ -68,6 +68,7 @@ import queue
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -758,6 +759,102 @@ def finish_level(level):
 
 
 # --------------------------------------------------------------------------
+# The floor: the same PATCH bursts against an app that does nothing
+
+
+def serve_floor_child():
+    """`bind_bench.py --serve-floor`: cyborg.wsgi.floor on cheroot with
+    cyborg-aio's thread count; prints the port."""
+    from cyborg.embedded import wsgi_server
+    from cyborg.wsgi import floor
+    server = wsgi_server.ThreadedServer('floor', floor.application)
+    server.start()
+    print(server.port, flush=True)
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    server.stop()
+    return 0
+
+
+class FloorServer:
+    """The web server of the deployment under test, serving the no-op app:
+    cheroot (10 threads) for aio, gunicorn sync workers for distributed."""
+
+    def __init__(self, deployment, workers):
+        bindir = os.path.dirname(sys.executable)
+        if deployment == 'distributed':
+            with socket.socket() as sock:
+                sock.bind(('127.0.0.1', 0))
+                self.port = sock.getsockname()[1]
+            cmd = [os.path.join(bindir, 'gunicorn'), '--workers',
+                   str(workers), '--bind', '127.0.0.1:%d' % self.port,
+                   '--log-level', 'warning', 'cyborg.wsgi.floor:application']
+            self.proc = subprocess.Popen(cmd, start_new_session=True,
+                                         stdout=subprocess.DEVNULL)
+            deadline = time.monotonic() + 30
+            while not _listening(self.port):
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    raise RuntimeError('gunicorn (floor) did not start')
+                time.sleep(0.1)
+        else:
+            self.proc = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), '--serve-floor'],
+                stdout=subprocess.PIPE, text=True, start_new_session=True)
+            self.port = int(self.proc.stdout.readline())
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(20)
+
+
+def _listening(port):
+    with socket.socket() as sock:
+        return sock.connect_ex(('127.0.0.1', port)) == 0
+
+
+def measure_floor(deployment, workers, plan, request_timeout):
+    """PATCH latency of the bare web server: C threads, each with its own
+    keep-alive connection, send Nova's bind body at once, `rounds` times
+    per concurrency, like the measured rounds. No service can answer
+    faster than this on the same machine with the same client."""
+    server = FloorServer(deployment, workers)
+    try:
+        results = {}
+        for c, rounds in plan.items():
+            clients = [Client(server.port, '', request_timeout)
+                       for _ in range(c)]
+            samples = []
+            for _ in range(rounds):
+                barrier = threading.Barrier(c)
+                times = [None] * c
+
+                def worker(i):
+                    body = bind_body(str(uuid.uuid4()), 'host',
+                                     str(uuid.uuid4()), str(uuid.uuid4()))
+                    clients[i].request('GET', '/')   # connected, warm
+                    barrier.wait()
+                    t0 = time.perf_counter()
+                    clients[i].request('PATCH', '/', body)
+                    times[i] = time.perf_counter() - t0
+
+                threads = [threading.Thread(target=worker, args=(i,))
+                           for i in range(c)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                samples += times
+                time.sleep(0.1 * random.uniform(0.5, 1.5))
+            for client in clients:
+                client.close()
+            results[c] = summary(samples)
+        return results
+    finally:
+        server.stop()
+
+
+# --------------------------------------------------------------------------
 # Report
 
 
@@ -773,6 +870,19 @@ def _deployment_words(meta):
                 'Placement; RabbitMQ; %s)' % (meta['api_workers'],
                                               meta['db']))
     return ('cyborg-aio (SQLite, fake driver, in-process oslo.messaging)')
+
+
+def _floor_table(floor):
+    lines = ['', 'Floor: the same PATCH bursts against a WSGI app that does '
+             'nothing (cyborg/wsgi/floor.py) on the same web server, from '
+             'the same client:', '',
+             '| Concurrent instances | floor PATCH p50 | p90 | p99 | max |',
+             '|---:|---:|---:|---:|---:|']
+    for c, s in sorted(floor.items(), key=lambda kv: int(kv[0])):
+        lines.append('| %s | %s | %s | %s | %s |' % (
+            c, _fmt(s, 'p50_ms'), _fmt(s, 'p90_ms'), _fmt(s, 'p99_ms'),
+            _fmt(s, 'max_ms')))
+    return lines
 
 
 def markdown(meta, levels):
@@ -813,7 +923,7 @@ def markdown(meta, levels):
               '| Concurrent instances | PATCH p99 < %g ms | event p99 < %g ms '
               '| 202→event p50 / p99 | ARQ create p50 / p99 '
               '| burst wall p50 / max | events per Nova POST (mean / max) '
-              '| aio CPU ms per bind |'
+              '| server CPU ms per bind |'
               % (TARGETS_MS['patch_p99'], TARGETS_MS['event_p99']),
               '|---:|:---:|:---:|---:|---:|---:|---:|---:|']
     for lv in levels:
@@ -830,6 +940,8 @@ def markdown(meta, levels):
                          _fmt(w, 'p50_ms'), _fmt(w, 'max_ms'),
                          epp['mean'], epp['max'],
                          lv['server_cpu_ms_per_bind']))
+    if meta.get('floor'):
+        lines += _floor_table(meta['floor'])
     return '\n'.join(lines)
 
 
@@ -932,6 +1044,9 @@ def main(argv=None):
     parser.add_argument('--db', choices=('sqlite', 'mysql', 'postgresql'),
                         default='sqlite',
                         help='distributed: the database (default sqlite)')
+    parser.add_argument('--no-floor', dest='floor', action='store_false',
+                        help='skip the floor: the same PATCH bursts against '
+                             'a no-op app on the same web server')
     parser.add_argument('--keep', action='store_true',
                         help='keep the temp dir (state, aio.log)')
     parser.add_argument('--debug', action='store_true',
@@ -1047,6 +1162,11 @@ def main(argv=None):
             log('py-spy wrote %s' % args.py_spy)
             spy = None
 
+        if args.floor:
+            meta['floor'] = {str(c): v for c, v in measure_floor(
+                args.deployment, args.api_workers, plan,
+                args.request_timeout).items()}
+            log('floor measured')
         meta['loadavg_end'] = [round(x, 2) for x in os.getloadavg()]
         meta['event_versions'] = sorted(
             '%s | %s' % v for v in receiver.versions)
@@ -1092,6 +1212,8 @@ def main(argv=None):
 if __name__ == '__main__':
     if sys.argv[1:2] == ['--run-aio']:
         sys.exit(run_aio_child(sys.argv[2:]))
+    if sys.argv[1:2] == ['--serve-floor']:
+        sys.exit(serve_floor_child())
     # SIGTERM ends the run like Ctrl-C: the finally blocks stop cyborg-aio
     # and remove the temp dir.
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
