@@ -16,8 +16,9 @@ class AgentAPI:
     def resync(self, context, host):
         """Ask the agent on `host` for a report pass now (e.g. a device was
         put into or taken out of maintenance)."""
-        self.client.prepare(server=host, version='1.0').cast(
-            context, 'resync')
+        return rpc.best_effort_cast(
+            self.client.prepare(server=host, version='1.0'), context,
+            'resync')
 
     def prepare(self, context, host, deployable_name, driver_name, handle):
         """Have the driver make `handle` usable; returns attach info
@@ -27,6 +28,9 @@ class AgentAPI:
             driver_name=driver_name, handle=handle)
 
     def release(self, context, host, handles):
-        """Undo prepare() for handles freed by unbind or delete."""
-        self.client.prepare(server=host, version='1.1').cast(
-            context, 'release', handles=handles)
+        """Undo prepare() for handles freed by unbind or delete. Best
+        effort: the DB has freed the handles already, and a driver that
+        reconciles (nvidia) undoes a missed release on its next report."""
+        return rpc.best_effort_cast(
+            self.client.prepare(server=host, version='1.1'), context,
+            'release', handles=handles)

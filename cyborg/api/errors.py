@@ -1,11 +1,18 @@
 """Cyborg's error body: {"error_message": "<JSON string of the fault>"}."""
 
 import json
+import logging
 
+from oslo_db import exception as db_exc
 import webob
 import webob.exc
 
 from cyborg.common import exception
+
+LOG = logging.getLogger(__name__)
+
+DB_UNAVAILABLE = ('The database is unreachable; the request was not '
+                  'carried out. Retry later.')
 
 
 def fault_body(status, message):
@@ -35,10 +42,25 @@ class ErrorWrapper:
     def __call__(self, environ, start_response):
         request = webob.Request(environ)
         try:
-            response = request.get_response(self.app)
+            status, headers, body = _call(self.app, environ)
+            if int(status[:3]) < 400:
+                # Passed on as it is, without a webob round trip.
+                start_response(status, headers)
+                return body
+            response = webob.Response(status=status, headerlist=headers,
+                                      app_iter=body, request=request)
+        except db_exc.DBConnectionError as e:
+            # An outage, not a bug: one line, no traceback; nothing was
+            # committed (the transaction could not run or was rolled back).
+            LOG.warning('%s %s: 503, database unreachable: %s',
+                        request.method, request.path,
+                        str(e.inner_exception or e).splitlines()[0][:200])
+            response = webob.Response(
+                status=503, body=fault_body(503, DB_UNAVAILABLE),
+                content_type='application/json', charset='utf-8')
+            response.retry_after = 5
         except Exception:
-            import logging
-            logging.getLogger(__name__).exception('Unhandled API error')
+            LOG.exception('Unhandled API error')
             response = response_for(RuntimeError())
         if response.status_int >= 400 and not _is_fault(response):
             message = _plain_message(response)
@@ -46,6 +68,28 @@ class ErrorWrapper:
             response.content_type = 'application/json'
             response.charset = 'utf-8'
         return response(environ, start_response)
+
+
+def _call(app, environ):
+    """Run a WSGI app: (status, headers, body), as webob's get_response
+    has them, but without building a Response."""
+    got = []
+    written = []
+
+    def start_response(status, headers, exc_info=None):
+        got[:] = [status, headers]
+        return written.append
+
+    body = app(environ, start_response)
+    if not got or written:
+        # start_response called while iterating, or write() used.
+        try:
+            chunks = list(body)
+        finally:
+            if hasattr(body, 'close'):
+                body.close()
+        body = written + chunks
+    return got[0], got[1], body
 
 
 def _is_fault(response):

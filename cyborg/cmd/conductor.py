@@ -8,6 +8,7 @@ from cyborg.cmd import common
 from cyborg.common import service
 from cyborg.conductor import binder as conductor_binder
 from cyborg.conductor import manager
+from cyborg.conf import CONF
 from cyborg.db import api as db_api
 from cyborg import rpc
 
@@ -16,8 +17,10 @@ class ConductorService:
     """The RPC server, the Nova notifier and start-up recovery."""
 
     def __init__(self, notifier=None):
-        self.binder = conductor_binder.Binder(agent_rpcapi.AgentAPI(),
-                                              notifier)
+        self.binder = conductor_binder.Binder(
+            agent_rpcapi.AgentAPI(), notifier,
+            sweep_interval=CONF.conductor.bind_sweep_interval,
+            stale_after=CONF.conductor.bind_stale_after)
         self.server = rpc.get_server(rpc.CONDUCTOR_TOPIC,
                                      [manager.ConductorManager(self.binder)])
 

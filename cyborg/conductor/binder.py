@@ -62,7 +62,8 @@ class Binder:
         try:
             claim = bindings.claim_handle(uuid)
         except bindings.Gone:
-            LOG.info('ARQ %s is no longer being bound; skipping', uuid)
+            LOG.info('ARQ %s is no longer being bound, or another binder '
+                     'claimed it first; skipping', uuid)
             return []
         except bindings.BindError as e:
             return self._fail(uuid, str(e))

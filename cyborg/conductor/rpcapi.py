@@ -22,9 +22,12 @@ class ConductorAPI:
             devices=[d.to_dict() for d in devices])
 
     def bind_arqs(self, context, arq_uuids):
-        """Bind ARQs the API moved to BindStarted; answers nothing."""
-        self.client.prepare(version='1.1').cast(context, 'bind_arqs',
-                                                arq_uuids=arq_uuids)
+        """Bind ARQs the API moved to BindStarted; answers nothing. With
+        the broker down the ARQs stay BindStarted (stored already) and the
+        conductors' sweep re-drives them: returns False then."""
+        return rpc.best_effort_cast(self.client.prepare(version='1.1'),
+                                    context, 'bind_arqs',
+                                    arq_uuids=arq_uuids)
 
     def update_handles(self, context, updates):
         """Record attach info an agent re-made ({handle uuid: info})."""

@@ -25,8 +25,9 @@ api_opts = [
     cfg.HostAddressOpt('host_ip', default='127.0.0.1',
                        help='Address the API server listens on.'),
     cfg.PortOpt('port', default=6666, help='Port the API server listens on.'),
-    cfg.IntOpt('api_workers', min=1, default=2,
-               help='Number of API worker processes for cyborg-api.'),
+    cfg.IntOpt('api_workers', min=1,
+               help='Number of API worker processes for cyborg-api; unset, '
+                    'one per CPU the process may run on.'),
     cfg.StrOpt('auth_strategy', default='keystone',
                choices=[('keystone',
                          'Validate tokens with keystonemiddleware.'),
@@ -44,6 +45,16 @@ api_opts = [
                     'URL the request came in on.'),
     cfg.IntOpt('max_limit', default=1000, min=1,
                help='Largest number of items a list returns at once.'),
+    cfg.IntOpt('max_request_body_size', default=1048576, min=1024,
+               help='Largest request body, in bytes, the API reads; a '
+                    'larger one is refused with 413 before it is read '
+                    '(by its Content-Length, or as soon as a chunked body '
+                    'passes the limit).'),
+    cfg.StrOpt('api_paste_config',
+               help='A paste.deploy file describing the middleware '
+                    'pipeline (e.g. /etc/cyborg/api-paste.ini); its '
+                    'cyborg-api section is served. Unset: the same '
+                    'pipeline is built in code.'),
     cfg.BoolOpt('metrics_enabled', default=True,
                 help='Serve Prometheus metrics (request counts and '
                      'latencies, ARQs by state) at GET /metrics. The '
@@ -52,8 +63,21 @@ api_opts = [
                      'balancer.'),
 ]
 
+conductor_opts = [
+    cfg.FloatOpt('bind_sweep_interval', default=30.0, min=0.1,
+                 help='Seconds between two passes of the conductor\'s '
+                      'sweep, which delivers pending Nova events and '
+                      're-drives ARQs stuck in BindStarted.'),
+    cfg.FloatOpt('bind_stale_after', default=180.0, min=0.1,
+                 help='Seconds an ARQ stays in BindStarted before the '
+                      'sweep re-drives it (its bind message was lost: the '
+                      'broker or the database was down). Longer than any '
+                      'bind takes.'),
+]
+
 CONF_GROUPS = {
     'api': api_opts,
+    'conductor': conductor_opts,
     **agent.GROUPS,
 }
 
@@ -99,6 +123,7 @@ def list_opts():
     return [
         ('DEFAULT', default_opts),
         ('api', api_opts),
+        ('conductor', conductor_opts),
         ('placement', _ks_opts('placement')),
         ('nova', _ks_opts('compute')),
     ] + [(group, opts) for group, opts in agent.GROUPS.items()]

@@ -80,10 +80,15 @@ def claim_handle(arq_uuid):
                             % (device['uuid'], device['hostname']))
         group = _request_group(row._mapping[DP.c.profile_json],
                                arq['device_profile_group_id'])
-        handle_id = arq['attach_handle_id'] or _take_free_handle(
-            session, dep, group)
+        held = arq['attach_handle_id']
+        handle_id = held or _take_free_handle(session, dep, group)
+        # Only if no other binder of this ARQ (a re-drive racing the
+        # queued message) claimed a handle since we read it: else we roll
+        # back, freeing the handle we took, and leave the ARQ to it.
         updated = session.execute(ARQ.update().where(
-            ARQ.c.uuid == arq_uuid, ARQ.c.state == 'BindStarted').values(
+            ARQ.c.uuid == arq_uuid, ARQ.c.state == 'BindStarted',
+            ARQ.c.attach_handle_id == held if held is not None
+            else ARQ.c.attach_handle_id.is_(None)).values(
             attach_handle_id=handle_id, deployable_id=dep['id']))
         if updated.rowcount != 1:
             raise Gone(arq_uuid)

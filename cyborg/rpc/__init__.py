@@ -5,6 +5,7 @@
 
 import threading
 
+from oslo_log import log
 import oslo_messaging as messaging
 from oslo_serialization import jsonutils
 
@@ -15,6 +16,13 @@ CONDUCTOR_TOPIC = 'cyborg-conductor'
 AGENT_TOPIC = 'cyborg-agent'
 EXCHANGE = 'cyborg'
 
+# A cast gives up after this many reconnection attempts (1 s, then 3 s
+# with the rabbit driver's back-off) rather than the driver's default of
+# retrying forever, which would hold an API request while the broker is
+# down.
+CAST_RETRIES = 2
+
+LOG = log.getLogger(__name__)
 _LOCK = threading.Lock()
 _TRANSPORT = None
 
@@ -62,3 +70,20 @@ def get_client(topic, version, server=None, timeout=None):
     return messaging.get_rpc_client(get_transport(), target,
                                     serializer=ContextSerializer(),
                                     timeout=timeout)
+
+
+def best_effort_cast(client, context, method, **kwargs):
+    """Cast through a prepared client with bounded retries; a message the
+    broker cannot take is logged and dropped (returns False), for casts
+    whose work something else re-drives (the conductor's sweep, the
+    agent's next report)."""
+    try:
+        client.prepare(retry=CAST_RETRIES).cast(context, method, **kwargs)
+    except Exception as e:
+        # MessageDeliveryFailure, or the driver's own error (kombu's
+        # OperationalError) when the broker never answered at all.
+        LOG.warning('Could not send %s, the message bus is unreachable '
+                    '(%s: %s); it will be re-driven', method,
+                    type(e).__name__, e)
+        return False
+    return True

@@ -81,8 +81,14 @@ def nova_server():
 
 
 class Stack:
-    def __init__(self, placement_service, nova_app, driver=None):
+    """Agent (with `driver`), conductor and API app in this process, over
+    the fake transport, reporting into the real Placement."""
+
+    def __init__(self, placement_service, nova_app, driver=None,
+                 stale_after=1.0, rpc_timeout=10):
         self.nova = nova_app
+        self.stale_after = stale_after
+        self.rpc_timeout = rpc_timeout
         adapter = placement_service.adapter()
         self.placement = placement.PlacementClient(adapter)
         self.host = 'bind-%s' % uuid.uuid4().hex[:8]
@@ -98,7 +104,8 @@ class Stack:
 
     def new_agent(self):
         return agent_manager.AgentManager(
-            conductor_rpcapi.ConductorAPI(timeout=10), self.placement,
+            conductor_rpcapi.ConductorAPI(timeout=self.rpc_timeout),
+            self.placement,
             drivers=[self.driver], host=self.host)
 
     def start_agent(self):
@@ -114,7 +121,7 @@ class Stack:
         self.binder = conductor_binder.Binder(
             agent_rpcapi.AgentAPI(),
             nova.NovaNotifier(give_up_after=30, max_delay=0.2),
-            sweep_interval=0.2, stale_after=1.0)
+            sweep_interval=0.2, stale_after=self.stale_after)
         self.conductor = rpc.get_server(
             rpc.CONDUCTOR_TOPIC,
             [conductor_manager.ConductorManager(self.binder)],

@@ -2,8 +2,6 @@
 barrier, each on its own connection and transaction.
 """
 
-import threading
-
 from oslo_utils import uuidutils
 import pytest
 import sqlalchemy as sa
@@ -12,34 +10,10 @@ from cyborg.common import exception
 from cyborg.db import api
 from cyborg.db import arqs
 from cyborg.db import device_profiles
+from tests import racing
 from tests.db import seed
 
 ROUNDS = 10
-
-
-def _race(*calls):
-    """Run each call in its own thread, all released at once.
-
-    Returns, per call, ('ok', result) or ('error', exception).
-    """
-    barrier = threading.Barrier(len(calls))
-    outcomes = [None] * len(calls)
-
-    def run(i, call):
-        barrier.wait()
-        try:
-            outcomes[i] = ('ok', call())
-        except Exception as e:  # noqa: B902 - reported to the test
-            outcomes[i] = ('error', e)
-
-    threads = [threading.Thread(target=run, args=(i, c))
-               for i, c in enumerate(calls)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-        assert not t.is_alive(), 'a racer hung'
-    return outcomes
 
 
 def _binding(instance):
@@ -59,7 +33,7 @@ def test_start_bind_race_has_one_winner(database):
     for _ in range(ROUNDS):
         (arq,) = arqs.create(dp['id'], [1], 'p')
         instances = [uuidutils.generate_uuid() for _ in range(2)]
-        outcomes = _race(*[
+        outcomes = racing.race([
             (lambda inst=inst: arqs.start_bind({arq['uuid']: _binding(inst)}))
             for inst in instances])
         won, lost = _split(outcomes)
@@ -81,8 +55,8 @@ def test_start_bind_race_same_instance(database):
         made = arqs.create(dp['id'], [2], 'p')
         instance = uuidutils.generate_uuid()
         bindings = {a['uuid']: _binding(instance) for a in made}
-        outcomes = _race(lambda: arqs.start_bind(bindings),
-                         lambda: arqs.start_bind(bindings))
+        outcomes = racing.race([lambda: arqs.start_bind(bindings),
+                                lambda: arqs.start_bind(bindings)])
         won, lost = _split(outcomes)
         assert len(won) == 1, outcomes
         assert isinstance(lost[0], (exception.ARQBadState,
@@ -98,11 +72,11 @@ def test_start_bind_race_overlapping_sets_all_or_nothing(database):
     for _ in range(ROUNDS):
         a, b, c = arqs.create(dp['id'], [3], 'p')
         first, second = (uuidutils.generate_uuid() for _ in range(2))
-        outcomes = _race(
+        outcomes = racing.race([
             lambda: arqs.start_bind({a['uuid']: _binding(first),
                                      b['uuid']: _binding(first)}),
             lambda: arqs.start_bind({c['uuid']: _binding(second),
-                                     b['uuid']: _binding(second)}))
+                                     b['uuid']: _binding(second)})])
         won, lost = _split(outcomes)
         assert len(won) == 1, outcomes
         assert isinstance(lost[0], exception.ARQBadState), repr(lost[0])
@@ -136,9 +110,9 @@ def test_delete_profile_races_arq_create(database):
         seed.profile(name)
         # The API reads the profile, then inserts: the delete lands between.
         dp = device_profiles.get_by_name(name)
-        outcomes = _race(
+        outcomes = racing.race([
             lambda: device_profiles.delete_by_names([name]),
-            lambda: arqs.create(dp['id'], [2], 'p'))
+            lambda: arqs.create(dp['id'], [2], 'p')])
         (deleted, deleted_value), (created, created_value) = outcomes
         if deleted == 'ok':
             assert created == 'error', outcomes
@@ -167,10 +141,10 @@ def test_unbind_races_delete(database, rounds):
         handle = seed.attach_handle()
         arqs.start_bind({arq['uuid']: _binding(uuidutils.generate_uuid())})
         seed.bind_handle(arq['uuid'], handle)
-        outcomes = _race(
+        outcomes = racing.race([
             lambda: arqs.unbind([arq['uuid']]),
             lambda: arqs.delete_by_uuids([arq['uuid']],
-                                         may_delete_bound=True))
+                                         may_delete_bound=True)])
         unbound, deleted = outcomes
         assert deleted[0] == 'ok', outcomes
         assert unbound[0] == 'ok' or isinstance(
@@ -195,7 +169,7 @@ def test_reader_inside_writer_does_not_block(database):
 def test_writers_queue_instead_of_failing(database):
     """Many threads each reading then writing at once: all succeed."""
     dp = seed.profile()
-    outcomes = _race(*[
+    outcomes = racing.race([
         (lambda: arqs.create(dp['id'], [1], 'p')) for _ in range(8)])
     assert [kind for kind, _ in outcomes] == ['ok'] * 8, outcomes
     assert len(arqs.list_()) == 8

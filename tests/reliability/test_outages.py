@@ -1,0 +1,77 @@
+"""What the API answers while a backing service is down (regressions of
+the fault suite's findings, runnable without it): a lost database is a
+503 with a clear error and no traceback; an unreachable message bus does
+not hold a bind PATCH."""
+
+import json
+import logging
+import threading
+
+from oslo_db import exception as db_exc
+from oslo_utils import uuidutils
+import webob
+
+from cyborg.api import app as api_app
+from cyborg.conf import CONF
+from cyborg.db import arqs
+from cyborg import rpc
+from tests.db import seed
+from tests import processes
+from tests.reliability import stack as race_stack
+
+
+def _call(app, method, path, body=None):
+    request = webob.Request.blank(path, method=method,
+                                  headers=race_stack.NOVA_HEADERS)
+    if body is not None:
+        request.body = json.dumps(body).encode()
+    return request.get_response(app)
+
+
+def test_database_unreachable_is_503_without_traceback(
+        sqlite_database, monkeypatch, caplog):
+    def unreachable(*args, **kwargs):
+        raise db_exc.DBConnectionError(
+            "(pymysql.err.OperationalError) (2003, \"Can't connect to MySQL "
+            "server on '127.0.0.1' ([Errno 111] Connection refused)\")")
+
+    monkeypatch.setattr(arqs, 'list_', unreachable)
+    caplog.set_level(logging.INFO)
+    r = _call(api_app.setup_app(), 'GET', '/v2/accelerator_requests')
+    assert r.status_int == 503
+    assert r.headers['Retry-After'] == '5'
+    fault = json.loads(r.json['error_message'])
+    assert fault['faultcode'] == 'Server'
+    assert fault['faultstring'].startswith('The database is unreachable')
+    assert not [rec for rec in caplog.records if rec.exc_info]
+    assert any('503, database unreachable' in rec.getMessage()
+               for rec in caplog.records)
+
+
+def test_bind_with_the_message_bus_down_is_accepted(sqlite_database):
+    """The broker refuses connections: the PATCH still answers 202 with
+    the ARQ stored BindStarted (the conductor's sweep re-drives it)
+    instead of waiting for the broker forever."""
+    CONF.set_override('transport_url', 'rabbit://guest:guest@127.0.0.1:%d/'
+                      % processes.free_port())
+    rpc.cleanup()
+    dp = seed.profile()
+    (arq,) = arqs.create(dp['id'], [1], 'p1')
+    answer = []
+    patch = {arq['uuid']: [
+        {'op': 'add', 'path': '/hostname', 'value': 'compute'},
+        {'op': 'add', 'path': '/device_rp_uuid',
+         'value': uuidutils.generate_uuid()},
+        {'op': 'add', 'path': '/instance_uuid',
+         'value': uuidutils.generate_uuid()}]}
+    app = api_app.setup_app()
+    worker = threading.Thread(target=lambda: answer.append(_call(
+        app, 'PATCH', '/v2/accelerator_requests', patch)))
+    try:
+        worker.start()
+        worker.join(120)
+        assert not worker.is_alive(), 'the PATCH hangs with the bus down'
+    finally:
+        rpc.cleanup()
+    assert answer[0].status_int == 202, answer[0].text
+    assert arqs.get(arq['uuid'])['state'] == 'BindStarted'
