@@ -7,6 +7,10 @@ from oslo_log import log
 
 LOG = log.getLogger(__name__)
 
+# Request line and headers together, as gunicorn's defaults roughly allow
+# per header field (8 KiB) times a few.
+MAX_HEADER_BYTES = 64 * 1024
+
 
 class ThreadedServer:
     """Serve `app` on host:port; port 0 picks a free port (see `port`)."""
@@ -18,6 +22,9 @@ class ThreadedServer:
                                    server_name=name,
                                    request_queue_size=128,
                                    shutdown_timeout=shutdown_timeout)
+        # cheroot reads headers without limit by default; this one (413
+        # beyond it) is far above any real request's, tokens included.
+        self._server.max_request_header_size = MAX_HEADER_BYTES
         self._thread = None
 
     @property

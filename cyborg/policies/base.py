@@ -1,7 +1,10 @@
 """Building blocks the per-resource defaults are made of.
 
-Targets carry the project of the resource itself (an ARQ's project), not the
-caller's, so `project_id:%(project_id)s` really checks ownership.
+The target of a check is the caller's own project (as in Cyborg), so
+`project_id:%(project_id)s` asks only that the token be project-scoped.
+Ownership is enforced below the policy: every ARQ query is scoped to the
+caller's project unless the caller is an admin, and another project's ARQ
+answers 404 exactly as a missing one (tests/security/test_isolation.py).
 """
 
 from oslo_policy import policy

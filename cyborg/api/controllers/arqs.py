@@ -10,8 +10,8 @@ from cyborg.api.schemas import arqs as schema
 from cyborg.common import exception
 from cyborg.common import gpu_classes
 from cyborg.conductor import rpcapi as conductor_rpcapi
+from cyborg.conf import CONF
 from cyborg.db import arqs as db
-from cyborg.db import device_profiles as dp_db
 from cyborg import policy
 
 BIND_PATHS = ('/hostname', '/device_rp_uuid', '/instance_uuid')
@@ -19,13 +19,16 @@ SERVICE_TOKEN_MSG = ('This operation requires a service token. Use the '
                      'Compute API to manage instance accelerators.')
 
 
-def serialize(arq):
-    out = {k: arq[k] for k in (
-        'uuid', 'state', 'device_profile_name', 'device_profile_group_id',
-        'hostname', 'device_rp_uuid', 'instance_uuid', 'project_id',
-        'attach_handle_type', 'attach_handle_uuid', 'attach_handle_info')}
-    out['links'] = base.links('accelerator_requests', arq['uuid'])
-    out.update(base.timestamps(arq))
+_FIELDS = ('uuid', 'state', 'device_profile_name', 'device_profile_group_id',
+           'hostname', 'device_rp_uuid', 'instance_uuid', 'project_id',
+           'attach_handle_type', 'attach_handle_uuid', 'attach_handle_info')
+
+
+def serialize(arq, url=None):
+    out = {k: arq[k] for k in _FIELDS}
+    out['links'] = base.links('accelerator_requests', arq['uuid'], url=url)
+    out['created_at'] = base.isotime(arq['created_at'])
+    out['updated_at'] = base.isotime(arq['updated_at'])
     return out
 
 
@@ -188,7 +191,8 @@ class ARQsController:
                                                               project):
             raise exception.Locked(instance=instance)
         arqs = db.list_(project, instance, states, **base.pagination(params))
-        return {'arqs': [serialize(a) for a in arqs]}
+        url = base.base_url()
+        return {'arqs': [serialize(a, url) for a in arqs]}
 
     @index.when(method='POST')
     @base.handler(201)
@@ -199,10 +203,21 @@ class ARQsController:
         name = body.get('device_profile_name')
         if name is None:
             raise exception.Invalid('DeviceProfile name needed.')
-        dp = dp_db.get_by_name(name)
-        counts = units_per_group(dp['groups'])
-        arqs = db.create(dp['id'], counts, base.context().project_id)
-        return {'arqs': [serialize(a) for a in arqs]}
+
+        def plan(dp):
+            counts = units_per_group(dp['groups'])
+            if sum(counts) > CONF.api.max_limit:
+                # One answer lists them all; and a profile asking for a
+                # million FPGAs must not make a million rows.
+                raise exception.Invalid(
+                    'Device profile %s asks for %d accelerators; at most %d '
+                    '([api] max_limit) per request.'
+                    % (name, sum(counts), CONF.api.max_limit))
+            return counts
+        # One transaction reads the profile and inserts its ARQs.
+        arqs = db.create_from_profile(name, plan, base.context().project_id)
+        url = base.base_url()
+        return {'arqs': [serialize(a, url) for a in arqs]}
 
     @index.when(method='PATCH')
     @base.handler(202)

@@ -7,6 +7,9 @@ from cyborg.api.schemas import attributes as schema
 from cyborg.common import exception
 from cyborg.db import attributes as db
 
+# Deployable ids are 32-bit integer columns.
+MAX_ID = 2 ** 31 - 1
+
 
 def serialize(attr):
     out = {k: attr[k] for k in ('uuid', 'deployable_id', 'key', 'value')}
@@ -62,7 +65,13 @@ class AttributesController:
         base.query()
         body = base.body(schema.CREATE)
         attr = body.get('attribute', body)
-        return serialize(db.create(int(attr['deployable_id']), attr['key'],
+        deployable_id = int(attr['deployable_id'])
+        if deployable_id > MAX_ID:
+            # No deployable has it, and MySQL and PostgreSQL refuse the
+            # out-of-range value instead of finding nothing.
+            raise exception.Invalid(
+                reason='deployable_id %s does not exist' % deployable_id)
+        return serialize(db.create(deployable_id, attr['key'],
                                    attr['value']))
 
     @pecan.expose()

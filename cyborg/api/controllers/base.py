@@ -4,6 +4,7 @@ import datetime
 import functools
 import inspect
 import json
+import re
 
 import jsonschema
 from oslo_utils import uuidutils
@@ -122,9 +123,36 @@ def body(schema=None):
         data = json.loads(pecan.request.body or b'null')
     except ValueError:
         raise exception.Invalid('Malformed JSON in request body.')
+    except RecursionError:
+        raise exception.Invalid('Malformed JSON in request body: nested '
+                                'too deeply.')
+    _require_storable_strings(data)
     if schema is not None:
         validate(data, schema)
     return data
+
+
+# NUL (PostgreSQL refuses it in text) and unpaired UTF-16 surrogates
+# (which cannot be encoded to UTF-8 for any database) only reach a string
+# through JSON \u escapes.
+_UNSTORABLE = re.compile('[\x00\ud800-\udfff]')
+
+
+def _require_storable_strings(data):
+    """400 for a body string no database could store, before any handler
+    writes it (iterative: the body may be nested up to json's limit)."""
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and _UNSTORABLE.search(item):
+            raise exception.Invalid(
+                'Invalid input: strings must not contain NUL characters '
+                'or unpaired UTF-16 surrogates.')
 
 
 _VALIDATORS = {}
@@ -163,18 +191,22 @@ def base_url():
     return url
 
 
-def links(resource, uuid, bookmark=False):
-    out = [{'href': '%s/v2/%s/%s' % (base_url(), resource, uuid),
-            'rel': 'self'}]
+def links(resource, uuid, bookmark=False, url=None):
+    """Links of one item; lists pass base_url() (`url`), read once."""
+    url = url or base_url()
+    out = [{'href': '%s/v2/%s/%s' % (url, resource, uuid), 'rel': 'self'}]
     if bookmark:
-        out.append({'href': '%s/%s/%s' % (base_url(), resource, uuid),
+        out.append({'href': '%s/%s/%s' % (url, resource, uuid),
                     'rel': 'bookmark'})
     return out
 
 
 def isotime(value):
+    """ISO 8601 in UTC; the database keeps naive UTC times."""
     if value is None:
         return None
+    if value.tzinfo is None:
+        return value.isoformat() + '+00:00'
     return value.replace(tzinfo=datetime.timezone.utc).isoformat()
 
 

@@ -16,13 +16,16 @@ KEY_RE = re.compile(r'^(resources:|trait:|accel:)')
 TRAIT_VALUES = ['required', 'forbidden']
 # Resource classes Placement (or Nova) knows, besides CUSTOM_*.
 STANDARD_RCS = ('FPGA', 'PGPU', 'VGPU')
+# Placement stores amounts in 32-bit integer columns.
+MAX_AMOUNT = 2 ** 31 - 1
 
 
-def serialize(dp):
-    return dict({'uuid': dp['uuid'], 'name': dp['name'],
-                 'description': dp['description'], 'groups': dp['groups'],
-                 'links': base.links('device_profiles', dp['uuid'])},
-                **base.timestamps(dp))
+def serialize(dp, url=None):
+    return {'uuid': dp['uuid'], 'name': dp['name'],
+            'description': dp['description'], 'groups': dp['groups'],
+            'links': base.links('device_profiles', dp['uuid'], url=url),
+            'created_at': base.isotime(dp['created_at']),
+            'updated_at': base.isotime(dp['updated_at'])}
 
 
 def _normalize_group(group):
@@ -53,7 +56,7 @@ def _normalize_group(group):
                 amount = int(value)
             except ValueError:
                 amount = 0
-            if amount < 1:
+            if not 1 <= amount <= MAX_AMOUNT:
                 raise exception.Invalid('Resources number %s is invalid'
                                         % value)
             key, value = 'resources:' + name, str(amount)
@@ -129,7 +132,8 @@ class DeviceProfilesController:
         names = [n for n in names.split(',') if n] if names is not None \
             else None
         dps = db.list_(names=names, **base.pagination(params))
-        return {'device_profiles': [serialize(dp) for dp in dps]}
+        url = base.base_url()
+        return {'device_profiles': [serialize(dp, url) for dp in dps]}
 
     @index.when(method='POST')
     @base.handler(201)

@@ -1,0 +1,106 @@
+"""Requests refused before authentication and routing.
+
+A body larger than any request of this API needs is refused unread (413),
+and input that webob or pecan would fail to parse while routing (a query
+string that is not UTF-8, a multipart or odd-charset form body) is
+answered with a client error here rather than surfacing as a 500 from
+inside pecan. Both sit inside the error wrapper, so the answers carry the
+Cyborg fault body.
+"""
+
+import io
+
+import webob
+
+from cyborg.api import errors
+from cyborg.common import exception
+
+
+class RequestTooLarge(exception.CyborgException):
+    code = 413
+    msg_fmt = ('The request body is larger than %(limit)d bytes '
+               '([api] max_request_body_size).')
+
+
+class UnsupportedMediaType(exception.CyborgException):
+    code = 415
+    msg_fmt = ('Content-Type %(media_type)s is not supported; the API reads '
+               'JSON (application/json) bodies.')
+
+
+def _refuse(exc, environ, start_response):
+    return errors.response_for(exc)(environ, start_response)
+
+
+class BodySizeLimit:
+    """413 for a body over `limit` bytes.
+
+    A declared Content-Length is checked before anything is read. A body
+    without one (chunked) is read up to one byte past the limit and either
+    refused or handed on as an ordinary, sized body.
+    """
+
+    def __init__(self, app, limit):
+        self.app = app
+        self.limit = limit
+
+    def __call__(self, environ, start_response):
+        declared = environ.get('CONTENT_LENGTH')
+        if declared:
+            try:
+                length = int(declared)
+            except ValueError:
+                length = -1
+            if length < 0:
+                return _refuse(exception.Invalid(
+                    'Malformed Content-Length header.'),
+                    environ, start_response)
+            if length > self.limit:
+                return _refuse(RequestTooLarge(limit=self.limit),
+                               environ, start_response)
+        elif environ.get('wsgi.input_terminated'):
+            body = environ['wsgi.input'].read(self.limit + 1)
+            if len(body) > self.limit:
+                return _refuse(RequestTooLarge(limit=self.limit),
+                               environ, start_response)
+            environ['wsgi.input'] = io.BytesIO(body)
+            environ['CONTENT_LENGTH'] = str(len(body))
+            environ['wsgi.input_terminated'] = False
+        return self.app(environ, start_response)
+
+
+class Parseable:
+    """400/415 for what routing cannot parse.
+
+    Pecan reads the query string and, for form media types, the body
+    (`request.params`) before any handler runs; webob raises on bytes that
+    are not UTF-8, on a multipart body without a boundary and on a form in
+    another charset.
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    def __call__(self, environ, start_response):
+        media_type = environ.get('CONTENT_TYPE', '').split(';')[0]
+        media_type = media_type.strip().lower()
+        if media_type.startswith('multipart/'):
+            return _refuse(UnsupportedMediaType(media_type=media_type),
+                           environ, start_response)
+        try:
+            # Parsed once; webob keeps the result in the environ, where
+            # pecan finds it.
+            params = webob.Request(environ).params
+        except (ValueError, DeprecationWarning) as e:
+            # webob raises DeprecationWarning for a non-UTF-8 form charset.
+            return _refuse(exception.Invalid(
+                'Malformed query string or form body: %s' % e),
+                environ, start_response)
+        if '\x00' in environ.get('PATH_INFO', '') or any(
+                '\x00' in key or '\x00' in value
+                for key, value in params.items()):
+            # PostgreSQL cannot compare with, nor store, a NUL.
+            return _refuse(exception.Invalid(
+                'The path or query string contains a NUL character.'),
+                environ, start_response)
+        return self.app(environ, start_response)

@@ -1,0 +1,230 @@
+"""Oversized and unparseable requests are refused early, with a 4xx.
+
+In the app: a body over [api] max_request_body_size → 413 without being
+read; JSON nested past json's limit, strings no database can store, query
+strings that are not UTF-8, multipart bodies → 400/415 (each was a 500).
+On the wire: cheroot (cyborg-aio, the embedded servers) and gunicorn
+(cyborg-api) bound the request line and headers.
+"""
+
+import io
+import json
+import socket
+
+import pytest
+import webob
+
+from cyborg.api import app as api_app
+from cyborg.cmd import api as cmd_api
+from cyborg.conf import CONF
+from cyborg.embedded import wsgi_server
+
+LIMIT = 1024 * 1024
+
+
+class Unreadable(io.RawIOBase):
+    """A request body that fails the test if anyone reads it."""
+
+    def read(self, *args):
+        raise AssertionError('the body was read')
+
+    readinto = readline = read
+
+
+@pytest.fixture
+def api(sqlite_database):
+    return api_app.setup_app(CONF)
+
+
+def _request(path='/v2/device_profiles', method='POST', body=None,
+             content_type='application/json', **environ):
+    request = webob.Request.blank(path, method=method, headers={
+        'OpenStack-API-Version': 'accelerator 2.4'})
+    if body is not None:
+        request.body = body
+    if content_type:
+        request.content_type = content_type
+    request.environ.update(environ)
+    return request
+
+
+def _fault(response):
+    return json.loads(response.json['error_message'])['faultstring']
+
+
+def test_the_default_limit_is_one_mebibyte():
+    assert CONF.api.max_request_body_size == LIMIT
+
+
+def test_a_declared_oversized_body_is_refused_unread(api):
+    request = _request()
+    request.environ.update({'CONTENT_LENGTH': str(LIMIT + 1),
+                            'wsgi.input': Unreadable()})
+    response = request.get_response(api)
+    assert response.status_int == 413
+    assert 'larger than 1048576 bytes' in _fault(response)
+
+
+def test_the_limit_is_configurable(sqlite_database):
+    CONF.set_override('max_request_body_size', 2048, group='api')
+    app = api_app.setup_app(CONF)
+    body = json.dumps([{'name': 'x' * 3000}]).encode()
+    assert _request(body=body).get_response(app).status_int == 413
+
+
+def test_a_chunked_body_is_cut_off_past_the_limit(api):
+    request = _request()
+    request.environ.pop('CONTENT_LENGTH', None)
+    request.environ.update({'wsgi.input': io.BytesIO(b'[' * (LIMIT * 3)),
+                            'wsgi.input_terminated': True})
+    response = request.get_response(api)
+    assert response.status_int == 413
+    assert request.environ['wsgi.input'].tell() == LIMIT + 1
+
+
+def test_a_chunked_body_under_the_limit_is_served(api):
+    body = json.dumps([{'name': 'chunked', 'groups': [
+        {'resources:PGPU': 1}]}]).encode()
+    request = _request()
+    request.environ.pop('CONTENT_LENGTH', None)
+    request.environ.update({'wsgi.input': io.BytesIO(body),
+                            'wsgi.input_terminated': True})
+    assert request.get_response(api).status_int == 201
+
+
+@pytest.mark.parametrize('content_length', ['-5', 'abc'])
+def test_a_malformed_content_length_is_a_400(api, content_length):
+    request = _request(body=b'[]')
+    request.environ['CONTENT_LENGTH'] = content_length
+    assert request.get_response(api).status_int == 400
+
+
+@pytest.mark.parametrize('bomb', [b'[' * 100000, b'{"a":' * 100000,
+                                  b'[' * 5000 + b']' * 5000])
+@pytest.mark.parametrize('path,method', [
+    ('/v2/device_profiles', 'POST'), ('/v2/accelerator_requests', 'PATCH'),
+    ('/v2/accelerator_requests', 'POST'), ('/v2/attributes', 'POST')])
+def test_json_nesting_bombs_are_a_400(api, bomb, path, method):
+    response = _request(path, method, bomb).get_response(api)
+    assert response.status_int == 400
+    assert 'Malformed JSON' in _fault(response)
+
+
+@pytest.mark.parametrize('text', ['\\u0000', 'a\\u0000', '\\ud800',
+                                  '\\udfff x'])
+def test_unstorable_strings_are_a_400(api, text):
+    body = ('[{"name": "p", "description": "%s", '
+            '"groups": [{"resources:PGPU": 1}]}]' % text).encode()
+    response = _request(body=body).get_response(api)
+    assert response.status_int == 400
+    assert 'NUL' in _fault(response)
+
+
+def test_a_surrogate_pair_is_an_ordinary_character(api):
+    body = (b'[{"name": "p", "description": "\\ud83d\\ude00", '
+            b'"groups": [{"resources:PGPU": 1}]}]')
+    assert _request(body=body).get_response(api).status_int == 201
+
+
+@pytest.mark.parametrize('path,query', [
+    ('/v2/device_profiles', 'name=%ff'), ('/v2/accelerator_requests',
+                                          'instance=%c3%28'),
+    ('/v2/device_profiles', 'name=%00'), ('/v2/device_profiles/%00', ''),
+    ('/v2/devices', '%fe=1')])
+def test_bad_query_strings_and_paths_are_a_400(api, path, query):
+    request = _request(path, 'GET', content_type=None)
+    request.environ['QUERY_STRING'] = query
+    if '%00' in path:
+        request.environ['PATH_INFO'] = path.replace('%00', '\x00')
+    assert request.get_response(api).status_int == 400
+
+
+@pytest.mark.parametrize('content_type', [
+    'multipart/form-data', 'multipart/form-data; boundary=zz',
+    'multipart/mixed'])
+def test_multipart_bodies_are_a_415(api, content_type):
+    response = _request(body=b'[]', content_type=content_type
+                        ).get_response(api)
+    assert response.status_int == 415
+
+
+def test_a_form_in_another_charset_is_a_400(api):
+    response = _request(
+        body=b'a=\xff', content_type='application/x-www-form-urlencoded; '
+                                     'charset=utf-16').get_response(api)
+    assert response.status_int == 400
+
+
+def test_a_form_encoded_json_body_still_works(api):
+    """curl -d sends JSON as application/x-www-form-urlencoded."""
+    body = json.dumps([{'name': 'curl', 'groups': [
+        {'resources:PGPU': 1}]}]).encode()
+    response = _request(
+        body=body, content_type='application/x-www-form-urlencoded'
+    ).get_response(api)
+    assert response.status_int == 201
+
+
+# --- on the wire -------------------------------------------------------------
+
+@pytest.fixture
+def served_api(api):
+    server = wsgi_server.ThreadedServer('api-limits-test', api)
+    server.start()
+    yield server
+    server.stop()
+
+
+def _exchange(server, raw):
+    """Send raw bytes; the status line of the answer."""
+    with socket.create_connection((server.host, server.port),
+                                  timeout=30) as conn:
+        try:
+            conn.sendall(raw)
+        except (BrokenPipeError, ConnectionResetError):
+            pass   # refused before all of it was sent
+        answer = conn.makefile('rb').readline()
+    return answer.decode('latin-1').strip()
+
+
+def test_cheroot_refuses_a_declared_oversized_body_without_it(served_api):
+    # Nothing of the body is sent: the answer comes from the headers.
+    status = _exchange(served_api, (
+        'POST /v2/device_profiles HTTP/1.1\r\nHost: x\r\n'
+        'Content-Type: application/json\r\n'
+        'Content-Length: %d\r\n\r\n' % (LIMIT * 100)).encode())
+    assert status.startswith('HTTP/1.1 413')
+
+
+def test_cheroot_cuts_off_an_oversized_chunked_body(served_api):
+    chunk = b'[' * 65536
+    body = b''.join(b'%x\r\n%s\r\n' % (len(chunk), chunk)
+                    for _ in range(20)) + b'0\r\n\r\n'
+    status = _exchange(served_api, (
+        b'POST /v2/device_profiles HTTP/1.1\r\nHost: x\r\n'
+        b'Content-Type: application/json\r\n'
+        b'Transfer-Encoding: chunked\r\n\r\n' + body))
+    assert status.startswith('HTTP/1.1 413')
+
+
+def test_cheroot_refuses_oversized_headers(served_api):
+    status = _exchange(served_api, (
+        'GET /v2 HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n'
+        % ('a' * wsgi_server.MAX_HEADER_BYTES)).encode())
+    assert status.startswith('HTTP/1.1 413')
+
+
+def test_cheroot_refuses_an_oversized_request_line(served_api):
+    status = _exchange(served_api, (
+        'GET /v2/devices?x=%s HTTP/1.1\r\nHost: x\r\n\r\n'
+        % ('a' * wsgi_server.MAX_HEADER_BYTES)).encode())
+    assert status.startswith('HTTP/1.1 414')
+
+
+def test_gunicorn_keeps_its_header_limits():
+    """cyborg-api leaves gunicorn's limits on (414 for a request line over
+    4094 bytes, 431 for a header over 8190 or more than 100 headers)."""
+    cfg = cmd_api.Server(CONF).cfg
+    assert 0 < cfg.limit_request_line <= 8190
+    assert 0 < cfg.limit_request_field_size <= 8190
+    assert 0 < cfg.limit_request_fields <= 100
