@@ -7,6 +7,7 @@ exclude, include and reclaim. No header means 2.0, as in Cyborg.
 """
 
 import microversion_parse
+import webob.request
 
 from cyborg.common import exception
 
@@ -20,6 +21,13 @@ _RANGE = '[%d.%d, %d.%d]' % (MIN_VERSION + MAX_VERSION)
 
 def fmt(version):
     return '%d.%d' % version
+
+
+def from_environ(environ):
+    """parse() for a WSGI environ; most requests send no header."""
+    if 'HTTP_OPENSTACK_API_VERSION' not in environ:
+        return MIN_VERSION
+    return parse(webob.request.EnvironHeaders(environ))
 
 
 def parse(headers):

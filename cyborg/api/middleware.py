@@ -1,5 +1,14 @@
-"""WSGI middleware of our own: microversion negotiation and auth selection."""
+"""WSGI middleware of our own: microversion negotiation and auth selection,
+and cheaper wrappers of oslo.middleware's request id and CORS.
 
+Each layer here changes only the headers of a successful answer, so it
+adds them as they pass through start_response instead of building a webob
+request and response around the call.
+"""
+
+from oslo_context import context
+from oslo_middleware import cors
+from oslo_middleware import request_id
 import webob
 
 from cyborg.api import errors
@@ -16,19 +25,21 @@ class Microversion:
         self.app = app
 
     def __call__(self, environ, start_response):
-        request = webob.Request(environ)
-        if request.path_info in ('', '/'):
+        if environ.get('PATH_INFO', '') in ('', '/'):
             return self.app(environ, start_response)
         try:
-            version = microversion.parse(request.headers)
+            version = microversion.from_environ(environ)
         except exception.NotAcceptable as e:
             response = errors.response_for(e)
-            version = microversion.MIN_VERSION
-        else:
-            environ[microversion.ENVIRON_KEY] = version
-            response = request.get_response(self.app)
-        response.headers.extend(microversion.response_headers(version))
-        return response(environ, start_response)
+            response.headers.extend(
+                microversion.response_headers(microversion.MIN_VERSION))
+            return response(environ, start_response)
+        environ[microversion.ENVIRON_KEY] = version
+        extra = microversion.response_headers(version)
+
+        def with_version(status, headers, exc_info=None):
+            return start_response(status, list(headers) + extra, exc_info)
+        return self.app(environ, with_version)
 
 
 class NoAuth:
@@ -59,3 +70,38 @@ class PublicRoutes:
         if environ.get('PATH_INFO', '/') in PUBLIC_PATHS:
             return self.app(environ, start_response)
         return self.authenticated(environ, start_response)
+
+
+class RequestId(request_id.RequestId):
+    """oslo.middleware's request id (the same environ keys, inbound global
+    id check and response header), without its webob round trip."""
+
+    def __call__(self, environ, start_response):
+        self.set_global_req_id(webob.Request(environ))
+        req_id = context.generate_request_id()
+        environ[request_id.ENV_REQUEST_ID] = req_id
+        names = [request_id.HTTP_RESP_HEADER_REQUEST_ID] + list(
+            self.compat_headers)
+
+        def with_id(status, headers, exc_info=None):
+            present = {name.lower() for name, _ in headers}
+            return start_response(status, list(headers) + [
+                (name, req_id) for name in names
+                if name.lower() not in present], exc_info)
+        return self.application(environ, with_id)
+
+
+class CORS:
+    """oslo.middleware's CORS for the requests it can change: those with an
+    Origin header, and OPTIONS (answered 200 even without one). The others
+    skip its two webob round trips."""
+
+    def __init__(self, app, conf):
+        self.app = app
+        self.cors = cors.CORS(app, conf)
+
+    def __call__(self, environ, start_response):
+        if 'HTTP_ORIGIN' in environ or environ.get(
+                'REQUEST_METHOD') == 'OPTIONS':
+            return self.cors(environ, start_response)
+        return self.app(environ, start_response)

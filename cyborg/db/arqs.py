@@ -4,6 +4,7 @@ State changes are conditional UPDATEs (`WHERE state IN (...)`), so two
 binders of one ARQ can never both win; every call is one transaction.
 """
 
+import functools
 import json
 
 from oslo_db import exception as db_exc
@@ -12,6 +13,7 @@ import sqlalchemy as sa
 
 from cyborg.common import exception
 from cyborg.db import api
+from cyborg.db import device_profiles as dp_db
 from cyborg.db import models
 from cyborg.drivers import base
 
@@ -61,6 +63,34 @@ def _scoped(query, project_id):
 
 def create(device_profile_id, counts, project_id):
     """Insert counts[g] ARQs for each group index g, in group order."""
+    try:
+        with api.writer() as session:
+            return _insert(session, device_profile_id, counts, project_id)
+    except db_exc.DBReferenceError:
+        # The profile was deleted between our read and this insert.
+        raise exception.NotFound(resource='Device Profile',
+                                 msg='with id=%s' % device_profile_id)
+
+
+def create_from_profile(name, plan, project_id):
+    """create() for the profile named `name`, in one transaction with the
+    profile's read: `plan(profile)` gives the counts per group (and may
+    raise, leaving nothing written)."""
+    try:
+        with api.writer() as session:
+            dp = dp_db.find_by_name(session, name)
+            return _insert(session, dp['id'], plan(dp), project_id)
+    except db_exc.DBReferenceError:
+        # The profile was deleted under us (a database without SQLite's
+        # up-front write lock).
+        raise exception.not_found('Device Profile', name=name)
+
+
+_CREATED = _SELECT.where(
+    ARQ.c.uuid.in_(sa.bindparam('uuids', expanding=True))).order_by(ARQ.c.id)
+
+
+def _insert(session, device_profile_id, counts, project_id):
     uuids = []
     values = []
     for group_id, count in enumerate(counts):
@@ -73,28 +103,44 @@ def create(device_profile_id, counts, project_id):
                            'project_id': project_id})
     if not values:
         return []
-    try:
-        with api.writer() as session:
-            session.execute(ARQ.insert(), values)
-            result = session.execute(
-                _SELECT.where(ARQ.c.uuid.in_(uuids)).order_by(ARQ.c.id))
-            return [_decode(r) for r in result.mappings()]
-    except db_exc.DBReferenceError:
-        # The profile was deleted between our read and this insert.
-        raise exception.NotFound(resource='Device Profile',
-                                 msg='with id=%s' % device_profile_id)
+    session.execute(ARQ.insert(), values)
+    return [_decode(r) for r in api.rows(
+        session.execute(_CREATED, {'uuids': uuids}))]
+
+
+@functools.lru_cache(maxsize=None)
+def _list_statement(by_project, by_instance, by_states, after_marker,
+                    limited):
+    """The list query for one combination of filters, built once."""
+    query = _SELECT
+    if by_project:
+        query = query.where(ARQ.c.project_id == sa.bindparam('project_id'))
+    if by_instance:
+        query = query.where(
+            ARQ.c.instance_uuid == sa.bindparam('instance_uuid'))
+    if by_states:
+        query = query.where(
+            ARQ.c.state.in_(sa.bindparam('states', expanding=True)))
+    return api.page(query, ARQ, after_marker, limited)
 
 
 def list_(project_id=None, instance_uuid=None, states=None, limit=None,
           marker=None):
+    """One query (two with a marker): ARQs with their profile's name and
+    attach handle, in id order."""
     with api.reader() as session:
-        query = _scoped(_SELECT, project_id)
+        params = api.bounds(session, ARQ, limit, marker)
+        if project_id is not None:
+            params['project_id'] = project_id
         if instance_uuid is not None:
-            query = query.where(ARQ.c.instance_uuid == instance_uuid)
+            params['instance_uuid'] = instance_uuid
         if states is not None:
-            query = query.where(ARQ.c.state.in_(states))
-        query = api.paginate(session, query, ARQ, limit, marker)
-        return [_decode(r) for r in session.execute(query).mappings()]
+            params['states'] = list(states)
+        query = _list_statement(project_id is not None,
+                                instance_uuid is not None,
+                                states is not None, marker is not None,
+                                limit is not None)
+        return [_decode(r) for r in api.rows(session.execute(query, params))]
 
 
 def instance_unresolved(instance_uuid, project_id=None):

@@ -1,5 +1,6 @@
 """Device profile storage: explicit queries, one transaction per call."""
 
+import functools
 import json
 
 from oslo_db import exception as db_exc
@@ -16,20 +17,31 @@ _COLUMNS = (DP.c.id, DP.c.uuid, DP.c.name, DP.c.description,
             DP.c.profile_json, DP.c.created_at, DP.c.updated_at)
 
 
-def _decode(row):
-    row = dict(row)
-    row['groups'] = json.loads(row.pop('profile_json'))['groups']
-    return row
+def _decode(row, profile=None):
+    """A row of _COLUMNS as a dict; `profile` is its profile_json when the
+    caller has decoded it already. (Plain tuples unpack faster than
+    SQLAlchemy's mappings, which counted on 200-item lists.)"""
+    id_, uuid, name, description, profile_json, created_at, updated_at = row
+    if profile is None:
+        profile = json.loads(profile_json)
+    return {'id': id_, 'uuid': uuid, 'name': name,
+            'description': description, 'groups': profile['groups'],
+            'created_at': created_at, 'updated_at': updated_at}
+
+
+_INSERT = DP.insert()
+# Statements built once, so SQLAlchemy reuses their compiled form.
+_BY = {'uuid': sa.select(*_COLUMNS).where(DP.c.uuid == sa.bindparam('v')),
+       'name': sa.select(*_COLUMNS).where(DP.c.name == sa.bindparam('v'))}
 
 
 def create(uuid, name, groups, description=None):
     try:
         with api.writer() as session:
-            session.execute(DP.insert().values(
-                uuid=uuid, name=name, description=description,
-                profile_json=json.dumps({'groups': groups})))
-            row = session.execute(
-                sa.select(*_COLUMNS).where(DP.c.uuid == uuid)).mappings().one()
+            session.execute(_INSERT, {
+                'uuid': uuid, 'name': name, 'description': description,
+                'profile_json': json.dumps({'groups': groups})})
+            row = session.execute(_BY['uuid'], {'v': uuid}).one()
     except db_exc.DBDuplicateEntry as e:
         if 'uuid' in (e.columns or []) or _exists(DP.c.uuid, uuid):
             raise exception.DeviceProfileAlreadyExists(uuid=uuid)
@@ -43,27 +55,47 @@ def _exists(column, value):
             sa.select(DP.c.id).where(column == value)).first() is not None
 
 
+@functools.lru_cache(maxsize=None)
+def _list_statement(by_names, after_marker, limited):
+    """The list query for one combination of filters, built once."""
+    query = sa.select(*_COLUMNS)
+    if by_names:
+        query = query.where(DP.c.name.in_(sa.bindparam('names',
+                                                       expanding=True)))
+    return api.page(query, DP, after_marker, limited)
+
+
 def list_(names=None, limit=None, marker=None):
     with api.reader() as session:
-        query = sa.select(*_COLUMNS)
+        params = api.bounds(session, DP, limit, marker)
         if names is not None:
-            query = query.where(DP.c.name.in_(names))
-        query = api.paginate(session, query, DP, limit, marker)
-        return [_decode(r) for r in session.execute(query).mappings()]
+            params['names'] = list(names)
+        query = _list_statement(names is not None, marker is not None,
+                                limit is not None)
+        rows = session.execute(query, params).all()
+    # Every row's profile_json as one JSON document: one decoder call
+    # instead of one per profile.
+    profiles = json.loads('[%s]' % ','.join(r[4] for r in rows))
+    return [_decode(r, p) for r, p in zip(rows, profiles)]
 
 
 def get_by_uuid(uuid):
-    return _get(DP.c.uuid, uuid, 'uuid')
+    with api.reader() as session:
+        return _find(session, 'uuid', uuid)
 
 
 def get_by_name(name):
-    return _get(DP.c.name, name, 'name')
-
-
-def _get(column, value, key):
     with api.reader() as session:
-        row = session.execute(
-            sa.select(*_COLUMNS).where(column == value)).mappings().first()
+        return find_by_name(session, name)
+
+
+def find_by_name(session, name):
+    """get_by_name() inside the caller's transaction."""
+    return _find(session, 'name', name)
+
+
+def _find(session, key, value):
+    row = session.execute(_BY[key], {'v': value}).first()
     if row is None:
         raise exception.not_found('Device Profile', **{key: value})
     return _decode(row)
