@@ -1,21 +1,34 @@
 """The WSGI application: pecan controllers inside the middleware pipeline
 
-metrics → http_proxy_to_wsgi → cors → request_id → error body →
-microversion → auth. The metrics middleware serves GET /metrics (no auth)
-when [api] metrics_enabled, and counts and times everything else.
+metrics → http_proxy_to_wsgi → cors → request_id → error body → body
+size limit → parseable input (guard) → microversion → auth. The metrics
+middleware serves GET /metrics (no auth) when [api] metrics_enabled, and
+counts and times everything else.
 """
 
 from keystonemiddleware import auth_token
 from oslo_middleware import cors
 from oslo_middleware import http_proxy_to_wsgi
-from oslo_middleware import request_id
 import pecan
+import pecan.core
 
 from cyborg.api import errors
+from cyborg.api import guard
 from cyborg.api import hooks
 from cyborg.api import metrics
 from cyborg.api import middleware
 from cyborg.conf import CONF
+
+
+class _Request(pecan.Request):
+    """Handlers parse the JSON body themselves (base.body: a 400 for any
+    malformed one). Pecan would parse it once more while routing, to pass
+    it as keyword arguments no handler takes, and let the RecursionError
+    of a deeply nested body escape as a 500: it is told there is none."""
+
+    @property
+    def json(self):
+        raise ValueError('not parsed for routing')
 
 
 class _Pecan(pecan.Pecan):
@@ -36,10 +49,33 @@ class _Pecan(pecan.Pecan):
         return super().__call__(environ, start_response)
 
 
+def _remember_argspecs():
+    """pecan 1.8 builds a new namedtuple class each time it reads a
+    controller's argspec (pecan.compat.getargspec), and invoke_controller
+    reads one on every request: about a tenth of a lookup's CPU. A
+    function's argspec never changes, so it is read once per function."""
+    read = pecan.core.getargspec
+    if getattr(read, 'remembers', False):
+        return
+    specs = {}
+
+    def getargspec(method):
+        func = getattr(method, '__func__', method)
+        spec = specs.get(func)
+        if spec is None:
+            spec = specs[func] = read(method)
+        return spec
+    getargspec.remembers = True
+    pecan.core.getargspec = getargspec
+
+
+_remember_argspecs()
+
+
 def _pecan_app():
     return _Pecan(
         'cyborg.api.controllers.root.RootController',
-        hooks=[hooks.ContextHook()],
+        hooks=[hooks.ContextHook()], request_cls=_Request,
         force_canonical=False,
         guess_content_type_from_ext=False)
 
@@ -56,17 +92,23 @@ def _check_authtoken(conf):
             'auth_strategy = noauth for a deployment without Keystone.')
 
 
-def setup_app(conf=CONF):
-    app = _pecan_app()
+def keystone_auth(app, conf):
+    protected = auth_token.AuthProtocol(app, {'oslo_config_config': conf})
+    _check_authtoken(conf)
+    return middleware.PublicRoutes(app, protected)
+
+
+def noauth(app, conf):
+    return middleware.NoAuth(app, conf.api.noauth_project_id)
+
+
+def _auth(app, conf):
     if conf.api.auth_strategy == 'keystone':
-        protected = auth_token.AuthProtocol(app, {'oslo_config_config': conf})
-        _check_authtoken(conf)
-        app = middleware.PublicRoutes(app, protected)
-    else:
-        app = middleware.NoAuth(app, conf.api.noauth_project_id)
-    app = middleware.Microversion(app)
-    app = errors.ErrorWrapper(app)
-    app = request_id.RequestId(app)
+        return keystone_auth(app, conf)
+    return noauth(app, conf)
+
+
+def _cors(app, conf):
     cors.set_defaults(
         allow_headers=['X-Auth-Token', 'X-Openstack-Request-Id',
                        'OpenStack-API-Version', 'Content-Type'],
@@ -74,8 +116,42 @@ def setup_app(conf=CONF):
                         'OpenStack-API-Minimum-Version',
                         'OpenStack-API-Maximum-Version'],
         allow_methods=['GET', 'PUT', 'POST', 'DELETE', 'PATCH'])
-    app = cors.CORS(app, conf)
-    app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
-    if conf.api.metrics_enabled:
-        app = metrics.Middleware(app)
+    return middleware.CORS(app, conf)
+
+
+def _http_proxy_to_wsgi(app, conf):
+    conf.register_opts(http_proxy_to_wsgi.OPTS, group='oslo_middleware')
+    if conf.oslo_middleware.enable_proxy_headers_parsing:
+        # Otherwise it changes nothing (and costs a webob round trip).
+        return http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
+    return app
+
+
+def _metrics(app, conf):
+    return metrics.Middleware(app) if conf.api.metrics_enabled else app
+
+
+# The middleware steps, outermost first, each (app, conf) -> app. The
+# filters of etc/cyborg/api-paste.ini are these same steps, by name
+# (cyborg.api.pipeline), so the file and this list build one pipeline.
+STEPS = (
+    ('metrics', _metrics),
+    ('http_proxy_to_wsgi', _http_proxy_to_wsgi),
+    ('cors', _cors),
+    ('request_id', lambda app, conf: middleware.RequestId(app)),
+    ('errors', lambda app, conf: errors.ErrorWrapper(app)),
+    ('body_size_limit', lambda app, conf: guard.BodySizeLimit(
+        app, conf.api.max_request_body_size)),
+    ('parseable', lambda app, conf: guard.Parseable(app)),
+    ('microversion', lambda app, conf: middleware.Microversion(app)),
+    ('auth', _auth),
+)
+
+
+def setup_app(conf=CONF):
+    """The pipeline built in code: what runs unless [api] api_paste_config
+    names a paste.deploy file (cyborg.api.pipeline.load)."""
+    app = _pecan_app()
+    for _name, step in reversed(STEPS):
+        app = step(app, conf)
     return app

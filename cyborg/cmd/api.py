@@ -1,5 +1,5 @@
 """cyborg-api: the API under gunicorn, [api] api_workers worker processes
-listening on [api] host_ip:port.
+(one per CPU by default) listening on [api] host_ip:port.
 
     cyborg-api --config-file /etc/cyborg/cyborg.conf
 
@@ -8,19 +8,33 @@ uWSGI or mod_wsgi users load cyborg.wsgi.api:application instead (see
 etc/cyborg/api-uwsgi.ini).
 """
 
+import os
 import sys
 
 from gunicorn.app import base as gunicorn_base
 
 from cyborg.cmd import common
+from cyborg.common import service
 from cyborg.conf import CONF
 
 
 def _load_app():
-    from cyborg.api import app
+    from cyborg.api import pipeline
     from cyborg.db import api as db_api
     db_api.configure()
-    return app.setup_app(CONF)
+    application = pipeline.load(CONF)
+    service.settle_heap()
+    return application
+
+
+def workers(conf=CONF):
+    """[api] api_workers, or one per CPU this process may run on."""
+    if conf.api.api_workers:
+        return conf.api.api_workers
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 class Server(gunicorn_base.BaseApplication):
@@ -36,7 +50,7 @@ class Server(gunicorn_base.BaseApplication):
             '%s:%d' % (host, self.conf.api.port))
         for key, value in {
                 'bind': [bind],
-                'workers': self.conf.api.api_workers,
+                'workers': workers(self.conf),
                 'proc_name': 'cyborg-api',
                 # Stop serving before exiting on SIGTERM, but don't hang.
                 'graceful_timeout': 10,

@@ -41,8 +41,9 @@ def parse_args(argv=None, config_files=None, log_to_stderr=False):
 
 
 def build_api(config_files=None):
-    """Parse config, point the DB layer at [database] and build the app."""
-    from cyborg.api import app
+    """Parse config, point the DB layer at [database] and build the app
+    (from [api] api_paste_config when set)."""
+    from cyborg.api import pipeline
     parse_args([], config_files)
     db_api.configure()
-    return app.setup_app()
+    return pipeline.load(CONF)
