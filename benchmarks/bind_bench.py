@@ -76,6 +76,8 @@ import threading
 import time
 import uuid
 
+from cyborg_bench import events as bench_events
+
 import _common
 import _distributed
 
@@ -186,12 +188,7 @@ class EventReceiver:
                                               for e in events]})
 
             def _answer(self, status, body):
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header('Content-Type', 'application/json')
-                self.send_header('Content-Length', str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                bench_events.reply_json(self, status, body)
 
             def log_message(self, fmt, *args):
                 pass

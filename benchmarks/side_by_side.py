@@ -1,0 +1,626 @@
+#!/usr/bin/env python3
+"""Side by side: our API, the reference Cyborg and a no-op app, under the
+same uWSGI set-up, driven by the same cyborg-bench workloads.
+
+One command::
+
+    .venv/bin/python benchmarks/side_by_side.py [--quick] [--json FILE]
+
+1. The reference, ``openstack-cyborg==17.0.0`` from PyPI, and ``uwsgi`` go
+   into their own virtualenv, ``.bench/ref-venv`` (python3.11 -m venv;
+   never into ours), unless already there. The same uWSGI binary serves all
+   three apps (``--home`` picks each one's virtualenv).
+2. Each stack gets a SQLite database in a temp dir: ours migrated by
+   ``cyborg-manage db sync``, the reference's by ``cyborg-dbsync
+   create_schema`` (its ``upgrade`` stops on SQLite at ``ALTER TABLE ...
+   ALTER COLUMN``, which SQLite lacks). The reference has no noauth mode:
+   its paste pipeline gets a tiny filter in place of ``authtoken`` that
+   sets an admin identity. It creates profiles and ARQs through its
+   conductor over RPC, so ``cyborg-conductor`` runs too, on the local
+   RabbitMQ (vhost ``cyborg_bench``), with ``[placement]`` pointed at a
+   version-document stub (the conductor only asks Placement for its
+   version at start-up on these paths).
+3. uWSGI: ``--http-socket`` on loopback, master, 2 processes × 1 thread,
+   lazy-apps, for ours (``cyborg.wsgi.api``), the reference
+   (``cyborg.wsgi.api`` of its venv) and the floor (``cyborg.wsgi.floor``).
+4. cyborg-bench runs the same workloads against each, one client; ours
+   also at concurrency 4/16/64. Rows for the table-size workloads are
+   cloned straight into each database (``--seed-db``).
+5. Bind and PATCH→event need a conductor and an agent with attach handles
+   and a Nova events receiver: for ours that is cyborg-aio with a fake FPGA
+   host (as benchmarks/bind_bench.py); for the reference they are reported
+   as not run (it would need its agent with real devices, Placement and a
+   Keystone catalog).
+6. Prints the table of ratios and writes everything as JSON.
+
+The reference's slow workloads are bounded by time: a measurement starts no
+new request after --time-limit seconds, and what finished is reported.
+See docs/performance.md for a run's figures.
+"""
+
+import argparse
+import datetime
+import http.server
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+import _common
+import _distributed
+import api_bench
+import bind_bench
+from cyborg_bench import events
+
+REPO = _common.REPO
+REF_VENV = os.path.join(REPO, '.bench', 'ref-venv')
+REF_PACKAGE = 'openstack-cyborg==17.0.0'
+OUR_VENV = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
+BENCH = [sys.executable, '-m', 'cyborg_bench.cli']
+RABBIT_VHOST = 'cyborg_bench'
+ADMIN_PROJECT = uuid.uuid5(uuid.NAMESPACE_DNS, 'cyborg-bench').hex
+FPGA_GROUPS = [{'resources:FPGA': '1', 'trait:CUSTOM_FAKE_DEVICE': 'required'}]
+NO_BIND = ('the reference binds through its conductor and agent: that '
+           'needs the agent with real (or its fake) devices reported to '
+           'Placement and a Keystone catalog for Nova; not set up here')
+
+# Workloads compared (one client each): (name in the results, rows).
+COMPARED = ['noop', 'dp-create', 'dp-get', 'dp-delete', 'dp-list',
+            'arq-create', 'lookup', 'arq-list', 'boot']
+PROFILES = {
+    'full': dict(requests=300, time_limit=30.0, sizes=[1000, 10000, 100000],
+                 concurrency=[1, 4, 16, 64], ref_time_limit=30.0,
+                 bind_requests=100),
+    'quick': dict(requests=30, time_limit=8.0, sizes=[1000, 5000],
+                  concurrency=[1, 4], ref_time_limit=8.0, bind_requests=10),
+}
+
+
+def log(msg):
+    print('[side-by-side %s] %s' % (time.strftime('%H:%M:%S'), msg),
+          file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------
+# The reference's virtualenv
+
+
+def ensure_ref_venv():
+    """Create .bench/ref-venv with the reference and uwsgi unless there."""
+    py = os.path.join(REF_VENV, 'bin', 'python')
+    probe = [py, '-c', 'import importlib.metadata as m; '
+             'print(m.version("openstack-cyborg"), m.version("uwsgi"))']
+    if os.path.exists(py):
+        done = subprocess.run(probe, capture_output=True, text=True)
+        if done.returncode == 0 and done.stdout.startswith(
+                REF_PACKAGE.split('==')[1] + ' '):
+            return done.stdout.split()
+    log('installing %s and uwsgi into %s (pip builds uwsgi with gcc; a '
+        'few minutes)' % (REF_PACKAGE, REF_VENV))
+    os.makedirs(os.path.dirname(REF_VENV), exist_ok=True)
+    subprocess.run(['python3.11', '-m', 'venv', REF_VENV], check=True)
+    pip = [os.path.join(REF_VENV, 'bin', 'pip'), 'install', '-q']
+    subprocess.run(pip + ['--upgrade', 'pip'], check=True)
+    subprocess.run(pip + [REF_PACKAGE, 'uwsgi'], check=True)
+    return subprocess.run(probe, capture_output=True, text=True,
+                          check=True).stdout.split()
+
+
+# --------------------------------------------------------------------------
+# Processes
+
+
+def Proc(name, cmd, workdir):
+    """A subprocess in its own session, output to NAME.log (stop() ends
+    the whole session)."""
+    return _distributed._Service(name, cmd, workdir)
+
+
+def _alive(proc):
+    return proc.proc.poll() is None
+
+
+def uwsgi(name, workdir, venv, module, workers, env=None, pythonpath=None,
+          pyargv=None):
+    """uWSGI serving `module` from `venv` on a free loopback port; the same
+    options for every app. Returns (Proc, url)."""
+    port = api_bench.free_port()
+    cmd = [os.path.join(REF_VENV, 'bin', 'uwsgi'),
+           '--http-socket', '127.0.0.1:%d' % port,
+           '--master', '--processes', str(workers), '--threads', '1',
+           '--lazy-apps', '--die-on-term', '--thunder-lock',
+           '--buffer-size', '65535', '--disable-logging',
+           '--home', venv, '--module', module]
+    for key, value in (env or {}).items():
+        cmd += ['--env', '%s=%s' % (key, value)]
+    if pythonpath:
+        cmd += ['--pythonpath', pythonpath]
+    if pyargv:
+        cmd += ['--pyargv', pyargv]
+    proc = Proc(name, cmd, workdir)
+    url = 'http://127.0.0.1:%d' % port
+    wait_http(proc, url + '/', timeout=90)
+    return proc, url
+
+
+def wait_http(proc, url, timeout):
+    import urllib.error
+    import urllib.request
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(proc):
+            raise RuntimeError('%s exited:\n%s'
+                               % (proc.name, proc.text()[-3000:]))
+        try:
+            urllib.request.urlopen(url, timeout=5).read()
+            return
+        except urllib.error.HTTPError:
+            return  # it answers
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError('%s did not answer in %ds:\n%s'
+                       % (proc.name, timeout, proc.text()[-3000:]))
+
+
+class PlacementStub:
+    """GET / → a Placement version document; the reference conductor's
+    SDK adapter asks for it once at start-up."""
+
+    DOC = {'versions': [{
+        'id': 'v1.0', 'status': 'CURRENT', 'min_version': '1.0',
+        'max_version': '1.39', 'links': [{'rel': 'self', 'href': ''}]}]}
+
+    def __init__(self):
+        doc = self.DOC
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                events.reply_json(self, 200, doc)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0),
+                                                      Handler)
+        self.url = 'http://127.0.0.1:%d' % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever,
+                         daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+
+
+# --------------------------------------------------------------------------
+# The two stacks
+
+ADMIN_FILTER = '''"""An admin identity on every request (the bench only)."""
+
+
+def filter_factory(global_conf, **local_conf):
+    def wrap(app):
+        def admin(environ, start_response):
+            environ.update(HTTP_X_ROLES='admin,member,reader',
+                           HTTP_X_SERVICE_ROLES='service',
+                           HTTP_X_PROJECT_ID=%r,
+                           HTTP_X_USER_ID='cyborg-bench',
+                           HTTP_X_IDENTITY_STATUS='Confirmed')
+            return app(environ, start_response)
+        return admin
+    return wrap
+'''
+
+
+def rabbit_url():
+    """The local RabbitMQ, on a vhost of our own when rabbitmqctl lets us
+    add one (the reference conductor's queue names are fixed: on '/' it
+    could meet another job's conductor)."""
+    ctl = shutil.which('rabbitmqctl')
+    if ctl:
+        for args in (['add_vhost', RABBIT_VHOST],
+                     ['set_permissions', '-p', RABBIT_VHOST, 'guest',
+                      '.*', '.*', '.*']):
+            subprocess.run([ctl] + args, capture_output=True, timeout=60)
+        listed = subprocess.run([ctl, 'list_vhosts'], capture_output=True,
+                                text=True, timeout=60).stdout.split()
+        if RABBIT_VHOST in listed:
+            return 'rabbit://guest:guest@127.0.0.1:5672/' + RABBIT_VHOST
+    log('WARNING: no vhost %s; using / with an exchange of our own'
+        % RABBIT_VHOST)
+    return 'rabbit://guest:guest@127.0.0.1:5672/'
+
+
+def start_reference(workdir, workers, stub):
+    """(uWSGI Proc, conductor Proc, url, db url, how the schema was made)."""
+    d = os.path.join(workdir, 'ref')
+    os.makedirs(d)
+    db_url = 'sqlite:///%s' % os.path.join(d, 'cyborg.sqlite')
+    conf = os.path.join(d, 'cyborg.conf')
+    paste = os.path.join(d, 'api-paste.ini')
+    with open(conf, 'w') as f:
+        f.write('[DEFAULT]\ntransport_url = %s\n'
+                'control_exchange = cyborg_bench_%s\n'
+                '[api]\napi_paste_config = %s\n'
+                '[database]\nconnection = %s\n'
+                '[placement]\nauth_type = none\nendpoint_override = %s\n'
+                '[nova]\nauth_type = none\nendpoint_override = %s\n'
+                % (rabbit_url(), uuid.uuid4().hex[:8], paste, db_url,
+                   stub.url, stub.url))
+    with open(os.path.join(d, 'bench_admin_identity.py'), 'w') as f:
+        f.write(ADMIN_FILTER % ADMIN_PROJECT)
+    with open(os.path.join(REF_VENV, 'etc', 'cyborg', 'api-paste.ini')) as f:
+        shipped = f.read()
+    if ' authtoken ' not in shipped:
+        raise RuntimeError('the reference paste pipeline has no authtoken')
+    with open(paste, 'w') as f:
+        f.write(shipped.replace(' authtoken ', ' benchadmin ')
+                + '\n[filter:benchadmin]\npaste.filter_factory = '
+                'bench_admin_identity:filter_factory\n')
+    dbsync = os.path.join(REF_VENV, 'bin', 'cyborg-dbsync')
+    schema = 'upgrade'
+    done = subprocess.run([dbsync, '--config-file', conf, 'upgrade'],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        # SQLite has no ALTER COLUMN; the reference's create_schema builds
+        # the tables from its models and stamps the head revision.
+        os.remove(os.path.join(d, 'cyborg.sqlite'))
+        subprocess.run([dbsync, '--config-file', conf, 'create_schema'],
+                       capture_output=True, text=True, check=True)
+        schema = 'create_schema (upgrade failed on SQLite: %s)' % (
+            [ln for ln in done.stdout.splitlines()
+             + done.stderr.splitlines() if 'Error' in ln] or ['?'])[-1][-160:]
+    conductor = Proc('ref-conductor', [os.path.join(
+        REF_VENV, 'bin', 'cyborg-conductor'), '--config-file', conf], d)
+    api, url = uwsgi('ref-uwsgi', d, REF_VENV,
+                     'cyborg.wsgi.api:application', workers, pythonpath=d,
+                     pyargv='--config-file ' + conf)
+    wait_conductor(url, conductor)
+    return api, conductor, url, db_url, schema
+
+
+def wait_conductor(url, conductor, timeout=60):
+    """Until a profile create (an RPC call to the conductor) succeeds."""
+    import urllib.request
+    deadline = time.monotonic() + timeout
+    body = json.dumps([{'name': 'cyborg-bench-probe',
+                        'groups': FPGA_GROUPS}]).encode()
+    while time.monotonic() < deadline:
+        if not _alive(conductor):
+            raise RuntimeError('conductor exited:\n'
+                               + conductor.text()[-3000:])
+        req = urllib.request.Request(
+            url + '/v2/device_profiles', data=body, method='POST',
+            headers={'Content-Type': 'application/json'})
+        try:
+            urllib.request.urlopen(req, timeout=10).read()
+        except OSError:
+            time.sleep(1)
+            continue
+        req = urllib.request.Request(
+            url + '/v2/device_profiles/cyborg-bench-probe', method='DELETE')
+        urllib.request.urlopen(req, timeout=10).read()
+        return
+    raise RuntimeError('the reference conductor never answered:\n'
+                       + conductor.text()[-3000:])
+
+
+def start_ours(workdir, workers):
+    d = os.path.join(workdir, 'ours')
+    os.makedirs(d)
+    db_url = 'sqlite:///%s' % os.path.join(d, 'cyborg.sqlite')
+    conf = os.path.join(d, 'cyborg.conf')
+    with open(conf, 'w') as f:
+        f.write('[api]\nauth_strategy = noauth\n'
+                '[database]\nconnection = %s\n' % db_url)
+    subprocess.run([os.path.join(OUR_VENV, 'bin', 'cyborg-manage'),
+                    '--config-file', conf, 'db', 'sync'],
+                   check=True, capture_output=True)
+    api, url = uwsgi('ours-uwsgi', d, OUR_VENV,
+                     'cyborg.wsgi.api:application', workers,
+                     env={'CYBORG_CONFIG_FILE': conf})
+    return api, url, db_url
+
+
+# --------------------------------------------------------------------------
+# Running cyborg-bench
+
+
+def bench(name, url, workdir, workloads, args, extra=()):
+    """cyborg-bench in a subprocess; its JSON document."""
+    out = os.path.join(workdir, name + '.json')
+    cmd = BENCH + ['--url', url, '--label', name, '--json', out,
+                   '--workloads', ','.join(workloads)] + list(extra)
+    log('%s: %s' % (name, ' '.join(cmd[2:])))
+    done = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=sys.stderr, text=True,
+                          timeout=args.bench_timeout)
+    print('\n### %s\n\n%s' % (name, done.stdout), flush=True)
+    with open(out) as f:
+        return json.load(f)
+
+
+def common_args(p, time_limit, sizes):
+    return ['--requests', str(p['requests']), '--time-limit',
+            str(time_limit), '--sizes', ','.join(map(str, sizes)),
+            '--request-timeout', '600']
+
+
+def run_all(args, p, workdir):
+    runs = {}
+    procs = []
+    stub = PlacementStub()
+    try:
+        floor, floor_url = uwsgi('floor-uwsgi', workdir, OUR_VENV,
+                                 'cyborg.wsgi.floor:application',
+                                 args.workers)
+        procs.append(floor)
+        runs['floor'] = bench('floor', floor_url, workdir, ['noop'], args,
+                              common_args(p, p['time_limit'], p['sizes']))
+        floor.stop()
+
+        api, url, db_url = start_ours(workdir, args.workers)
+        procs.append(api)
+        runs['ours'] = bench(
+            'ours', url, workdir, COMPARED, args,
+            common_args(p, p['time_limit'], p['sizes'])
+            + ['--seed-db', db_url])
+        runs['ours-concurrency'] = bench(
+            'ours-concurrency', url, workdir,
+            ['dp-create', 'dp-get', 'dp-list', 'arq-create', 'lookup',
+             'boot'], args,
+            common_args(p, p['time_limit'], p['sizes'][:1])
+            + ['--seed-db', db_url, '--concurrency',
+               ','.join(map(str, p['concurrency'][1:]))])
+        api.stop()
+
+        if not args.skip_reference:
+            api, conductor, url, db_url, schema = start_reference(
+                workdir, args.workers, stub)
+            procs += [api, conductor]
+            small = [s for s in p['sizes'] if s <= 10000]
+            runs['reference'] = bench(
+                'reference', url, workdir, COMPARED + ['bind'], args,
+                common_args(p, p['ref_time_limit'], small)
+                + ['--seed-db', db_url, '--no-bind-reason', NO_BIND])
+            runs['reference']['meta']['schema'] = schema
+            for size in p['sizes'][len(small):]:
+                # Seconds to minutes per request here: one lookup, bounded
+                # by --ref-request-timeout, last (an abandoned request
+                # would hold a worker).
+                big = bench('reference-%d' % size, url, workdir, ['lookup'],
+                            args, ['--requests', '1', '--warmup', '0',
+                                   '--sizes', str(size), '--request-timeout',
+                                   str(args.ref_request_timeout),
+                                   '--seed-db', db_url])
+                for r in big['results']:
+                    r['timeout_s'] = args.ref_request_timeout
+                runs['reference']['results'] += big['results']
+            api.stop()
+            conductor.stop()
+
+        runs['ours-aio'] = bench_aio(args, p, workdir)
+
+    finally:
+        for proc in procs:
+            proc.stop()
+        stub.stop()
+    return runs
+
+
+def bench_aio(args, p, workdir):
+    """Bind and boot with bind on cyborg-aio (fake FPGA host, 16 cards x
+    8 functions = 128 attach handles), its [nova] at the bench's receiver."""
+    d = os.path.join(workdir, 'aio')
+    os.makedirs(d)
+    spec = os.path.join(d, 'host.yaml')
+    bind_bench.write_host_spec(spec, 16, 8)
+    port = api_bench.free_port()
+    aio = bind_bench.Aio(d, spec, 'http://127.0.0.1:%d' % port)
+    try:
+        url = 'http://127.0.0.1:%d%s' % (aio.port, aio.prefix)
+        return bench('ours-aio', url, workdir, ['bind', 'boot'], args,
+                     ['--requests', str(p['bind_requests']),
+                      '--time-limit', str(p['time_limit']),
+                      '--receiver-port', str(port),
+                      '--groups', json.dumps(FPGA_GROUPS),
+                      '--concurrency', ','.join(map(str, p['concurrency']))])
+    finally:
+        aio.stop()
+
+
+# --------------------------------------------------------------------------
+# The table
+
+
+def _key(r):
+    return (r['workload'], r.get('rows'), r.get('concurrency'))
+
+
+def _index(doc):
+    return {_key(r): r for r in doc['results'] if 'not_run' not in r}
+
+
+def compare(mine_doc, ref_doc, floor=None):
+    """Rows pairing each of our one-client results with the reference's
+    (same workload, rows, concurrency); ratio = ours / reference."""
+    ours = _index(mine_doc)
+    ref = _index(ref_doc) if ref_doc else {}
+    ref_not_run = {r['workload']: r['not_run']
+                   for r in (ref_doc or {}).get('results', [])
+                   if 'not_run' in r}
+    rows = []
+    for key, mine in ours.items():
+        if key[2] != 1:
+            continue
+        theirs = ref.get(key)
+        row = {'workload': key[0], 'rows': key[1],
+               'ours_ops_per_s': mine['ops_per_s'],
+               'ours_p50_ms': mine.get('p50_ms'),
+               'ours_p99_ms': mine.get('p99_ms'),
+               'ours_errors': mine['errors']}
+        if 'listed' in mine:
+            row['ours_listed'] = mine['listed']
+        if theirs and not theirs['ok'] and theirs.get('timeout_s'):
+            # Not one request finished within the bound: a lower bound.
+            row.update(ref_timed_out_s=theirs['timeout_s'],
+                       ratio_at_least=round(mine['ops_per_s']
+                                            * theirs['timeout_s']),
+                       p50_ratio_at_least=round(
+                           theirs['timeout_s'] * 1000 / mine['p50_ms']))
+        elif theirs:
+            row.update(ref_ops_per_s=theirs['ops_per_s'],
+                       ref_p50_ms=theirs.get('p50_ms'),
+                       ref_p99_ms=theirs.get('p99_ms'),
+                       ref_ok=theirs['ok'], ref_errors=theirs['errors'],
+                       ref_time_capped=theirs['time_capped'])
+            if 'listed' in theirs:
+                row['ref_listed'] = theirs['listed']
+            if theirs['ops_per_s']:
+                row['ratio'] = float('%.3g' % (mine['ops_per_s']
+                                               / theirs['ops_per_s']))
+            if theirs.get('p50_ms') and mine.get('p50_ms'):
+                row['p50_ratio'] = float('%.3g' % (theirs['p50_ms']
+                                                   / mine['p50_ms']))
+        else:
+            row['ref_not_run'] = ref_not_run.get(
+                key[0], 'not measured (minutes per request at this size)')
+        if floor and floor['ops_per_s']:
+            row['share_of_floor'] = round(mine['ops_per_s']
+                                          / floor['ops_per_s'], 3)
+        rows.append(row)
+    return rows
+
+
+def ratios(runs):
+    """The side-by-side rows: one client, ours vs reference, plus bind and
+    the bound boot flow on cyborg-aio (the reference: not run)."""
+    floor = _index(runs['floor']).get(('noop', None, 1))
+    rows = compare(runs['ours'], runs.get('reference'), floor)
+    ref_not_run = {r['workload']: r['not_run']
+                   for r in runs.get('reference', {}).get('results', [])
+                   if 'not_run' in r}
+    aio = _index(runs['ours-aio']) if 'ours-aio' in runs else {}
+    for name in ('bind', 'boot'):
+        mine = aio.get((name, None, 1))
+        if mine:
+            rows.append({
+                'workload': name + ' (bound, cyborg-aio)', 'rows': None,
+                'ours_ops_per_s': mine['ops_per_s'],
+                'ours_p50_ms': mine.get('p50_ms'),
+                'ours_p99_ms': mine.get('p99_ms'),
+                'ours_errors': mine['errors'],
+                'ref_not_run': ref_not_run.get('bind', 'not run')})
+    return rows
+
+
+def _num(x):
+    """3 significant digits below 100, whole numbers above."""
+    return '%.3g' % x if x < 100 else '{:,}'.format(round(x))
+
+
+def markdown(rows, floor=None):
+    lines = ['| workload | rows | ours op/s | ours p50 ms | ours p99 ms '
+             '| reference op/s | reference p50 ms | reference p99 ms '
+             '| ratio (op/s) | ratio (p50) | of floor |',
+             '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+    for r in rows:
+        ratio = '%s×' % _num(r['ratio']) if 'ratio' in r else '–'
+        p50_ratio = ('%s×' % _num(r['p50_ratio']) if 'p50_ratio' in r
+                     else '–')
+        if 'ref_ops_per_s' in r:
+            ref = '%s | %s | %s' % (_num(r['ref_ops_per_s']),
+                                    r['ref_p50_ms'], r['ref_p99_ms'])
+            if r['ref_time_capped']:
+                ref += ' (%d done, time cap)' % r['ref_ok']
+        elif 'ref_timed_out_s' in r:
+            ref = '< %.3f | > %d s | (none finished)' % (
+                1.0 / r['ref_timed_out_s'], r['ref_timed_out_s'])
+            ratio = '> %s×' % r['ratio_at_least']
+            p50_ratio = '> %s×' % r['p50_ratio_at_least']
+        else:
+            ref = 'not run | | '
+        name = r['workload']
+        if 'ours_listed' in r:
+            name += ' (lists %s%s)' % (
+                r['ours_listed'], ' vs %s' % r['ref_listed']
+                if 'ref_listed' in r else '')
+        lines.append('| %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
+            name, '{:,}'.format(r['rows']) if r['rows'] else '',
+            _num(r['ours_ops_per_s']), r['ours_p50_ms'], r['ours_p99_ms'],
+            ref, ratio, p50_ratio,
+            '%.0f%%' % (100 * r['share_of_floor'])
+            if 'share_of_floor' in r else ''))
+    if floor:
+        lines.append('\nFloor (no-op app, same uWSGI): %.1f req/s, p50 %s '
+                     'ms, p99 %s ms' % (floor['ops_per_s'], floor['p50_ms'],
+                                        floor['p99_ms']))
+    return '\n'.join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--quick', action='store_true',
+                        help='small counts and tables (a smoke run)')
+    parser.add_argument('--workers', type=int, default=2,
+                        help='uWSGI processes per app (default 2)')
+    parser.add_argument('--skip-reference', action='store_true',
+                        help='ours and the floor only')
+    parser.add_argument('--bench-timeout', type=float, default=1800,
+                        help='hard bound on one cyborg-bench run (s)')
+    parser.add_argument('--ref-request-timeout', type=int, default=240,
+                        help='bound on one reference lookup above 10k ARQs '
+                             '(s; default 240)')
+    parser.add_argument('--json', metavar='FILE')
+    parser.add_argument('--keep', action='store_true',
+                        help='keep the temp dir (logs, databases)')
+    args = parser.parse_args(argv)
+    p = PROFILES['quick' if args.quick else 'full']
+
+    started = time.perf_counter()
+    versions = None if args.skip_reference else ensure_ref_venv()
+    workdir = tempfile.mkdtemp(prefix='cyborg-side-by-side-')
+    meta = {
+        'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec='seconds'),
+        'git': _common.git_revision(), 'mode': 'quick' if args.quick
+        else 'full', 'profile': p, 'workers': args.workers,
+        'reference': versions and {'openstack-cyborg': versions[0],
+                                   'uwsgi': versions[1]},
+        'cpus': os.cpu_count(), 'python': platform.python_version(),
+        'machine': bind_bench._cpu_model(),
+        'loadavg_start': [round(x, 2) for x in os.getloadavg()],
+    }
+    try:
+        runs = run_all(args, p, workdir)
+    finally:
+        if args.keep:
+            log('kept %s' % workdir)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    meta['loadavg_end'] = [round(x, 2) for x in os.getloadavg()]
+    meta['seconds'] = round(time.perf_counter() - started, 1)
+    rows = ratios(runs)
+    floor = _index(runs['floor']).get(('noop', None, 1))
+    print('\n## Side by side (one client; ratio = ours / reference)\n')
+    print(markdown(rows, floor))
+
+    print('\nload average %s → %s; %.0f s in all'
+          % (meta['loadavg_start'][0], meta['loadavg_end'][0],
+             meta['seconds']))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'meta': meta, 'side_by_side': rows, 'runs': runs},
+                      f, indent=2)
+    # Wrong answers; a reference lookup that ran past its bound is not one.
+    failed = sum(r.get('errors', 0) for doc in runs.values()
+                 for r in doc['results'] if not r.get('timeout_s'))
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from cyborg_bench import cli
+
+sys.exit(cli.main())

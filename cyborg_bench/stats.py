@@ -1,0 +1,24 @@
+"""Latency summaries: nearest-rank percentiles over client-side samples."""
+
+import math
+
+
+def percentile(sorted_values, p):
+    """Nearest-rank percentile of an already sorted list (None if empty)."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(p / 100.0 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def summarize(seconds):
+    """n, p50/p90/p99/max/mean in milliseconds of a list of seconds."""
+    values = sorted(seconds)
+    out = {'n': len(values)}
+    if not values:
+        return out
+    for p in (50, 90, 99):
+        out['p%d_ms' % p] = round(percentile(values, p) * 1000, 2)
+    out['max_ms'] = round(values[-1] * 1000, 2)
+    out['mean_ms'] = round(sum(values) / len(values) * 1000, 2)
+    return out

@@ -1,0 +1,198 @@
+"""cyborg-bench against our API served in this process: the shape of its
+JSON, and that wrong answers are counted as errors. Nothing is timed."""
+
+import json
+import socketserver
+import threading
+import urllib.request
+import wsgiref.simple_server
+
+import pytest
+
+from cyborg.api import app
+from cyborg.conf import CONF
+from cyborg.wsgi import floor
+from cyborg_bench import cli
+from cyborg_bench import client
+from cyborg_bench import events
+
+
+class _Server(socketserver.ThreadingMixIn, wsgiref.simple_server.WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(wsgiref.simple_server.WSGIRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def _serve(wsgi_app):
+    server = wsgiref.simple_server.make_server(
+        '127.0.0.1', 0, wsgi_app, server_class=_Server,
+        handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, 'http://127.0.0.1:%d' % server.server_address[1]
+
+
+@pytest.fixture
+def api(sqlite_database):
+    server, url = _serve(app.setup_app(CONF))
+    yield url, sqlite_database.url
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def floor_url():
+    server, url = _serve(floor.application)
+    yield url
+    server.shutdown()
+    server.server_close()
+
+
+def _run(tmp_path, *argv):
+    out = tmp_path / 'bench.json'
+    rc = cli.main(list(argv) + ['--json', str(out), '--quiet'])
+    return rc, json.loads(out.read_text())
+
+
+def test_every_workload_reports_its_figures(api, tmp_path):
+    url, db_url = api
+    rc, doc = _run(
+        tmp_path, '--url', url + '/v2', '--requests', '3', '--warmup', '1',
+        '--workloads', ','.join(cli.ALL), '--sizes', '20,40',
+        '--dp-list-rows', '5', '--seed-db', db_url,
+        '--no-bind-reason', 'no events receiver in this test')
+    assert rc == 0, doc
+    assert {'date', 'loadavg_start', 'loadavg_end', 'cpus',
+            'seconds'} <= set(doc['meta'])
+    ran = [r for r in doc['results'] if 'not_run' not in r]
+    assert [r['workload'] for r in doc['results'] if 'not_run' in r] == [
+        'bind']
+    assert doc['results'][-1]['not_run'] == 'no events receiver in this test'
+    assert {r['workload'] for r in ran} == set(cli.ALL) - {'bind'}
+    for r in ran:
+        assert r['errors'] == 0, r
+        assert r['ok'] == r['planned']
+        for key in ('ops_per_s', 'p50_ms', 'p90_ms', 'p99_ms', 'max_ms',
+                    'concurrency', 'time_capped', 'error_kinds'):
+            assert key in r, (key, r)
+    assert [r['rows'] for r in ran if r['workload'] == 'lookup'] == [20, 40]
+    assert [r['listed'] for r in ran if r['workload'] == 'arq-list'] == [
+        20, 40]
+    assert [r['rows'] for r in ran if r['workload'] == 'dp-list'] == [5]
+
+
+def test_wrong_answers_are_counted_as_errors(floor_url, tmp_path):
+    # The floor app answers 404 to everything but GET /.
+    rc, doc = _run(tmp_path, '--url', floor_url, '--requests', '4',
+                   '--warmup', '0', '--workloads', 'noop,dp-create',
+                   '--concurrency', '1,2')
+    assert rc == 1
+    noop = [r for r in doc['results'] if r['workload'] == 'noop']
+    assert [(r['ok'], r['errors']) for r in noop] == [(4, 0), (4, 0)]
+    create = [r for r in doc['results'] if r['workload'] == 'dp-create']
+    assert [r['concurrency'] for r in create] == [1, 2]
+    for r in create:
+        assert (r['ok'], r['errors']) == (0, 4)
+        assert r['error_kinds'] == {'404': 4}
+        assert r['error_samples'] and 'p50_ms' not in r
+    # dp-get/dp-delete need created profiles: not run, with the reason.
+    rc, doc = _run(tmp_path, '--url', floor_url, '--workloads', 'dp-get')
+    assert doc['results'] == [{'workload': 'dp-get', 'not_run':
+                               'needs profiles from dp-create first'}]
+
+
+def test_table_workloads_need_a_database(floor_url, tmp_path):
+    rc, doc = _run(tmp_path, '--url', floor_url, '--workloads', 'lookup')
+    assert rc == 0
+    assert doc['results'] == [{'workload': 'lookup', 'not_run':
+                               'needs --seed-db to fill the ARQ table'}]
+
+
+def test_endpoint_accepts_the_v2_url_or_the_root():
+    assert client.Endpoint('http://h:1/accelerator/v2/').prefix == (
+        '/accelerator')
+    assert client.Endpoint('http://h:1').prefix == ''
+    with pytest.raises(ValueError):
+        client.Endpoint('h:1')
+
+
+def test_receiver_records_events_by_tag():
+    receiver = events.Receiver()
+    try:
+        body = json.dumps({'events': [{
+            'name': 'accelerator-request-bound', 'tag': 'arq-1',
+            'server_uuid': 'i-1', 'status': 'completed'}]}).encode()
+        req = urllib.request.Request(
+            'http://127.0.0.1:%d/v2.1/os-server-external-events'
+            % receiver.port, data=body,
+            headers={'Content-Type': 'application/json'})
+        answer = json.loads(urllib.request.urlopen(req, timeout=10).read())
+        assert answer['events'][0]['code'] == 200
+        arrived, event = receiver.wait('arq-1', timeout=10)
+        assert event['status'] == 'completed'
+        with pytest.raises(TimeoutError):
+            receiver.wait('arq-2', timeout=0.05)
+    finally:
+        receiver.close()
+
+
+def _side_by_side():
+    import os
+    import sys
+    here = os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks')
+    sys.path.insert(0, os.path.abspath(here))
+    try:
+        import side_by_side
+    finally:
+        sys.path.pop(0)
+    return side_by_side
+
+
+def _result(workload, ops, p50, rows=None, ok=10, **extra):
+    r = {'workload': workload, 'rows': rows, 'concurrency': 1, 'ok': ok,
+         'errors': 0, 'planned': 10, 'ops_per_s': ops, 'time_capped': ok < 10}
+    if p50 is not None:
+        r.update(p50_ms=p50, p99_ms=p50 * 2)
+    r.update(extra)
+    return r
+
+
+def test_side_by_side_ratios_bounds_and_not_run():
+    sbs = _side_by_side()
+    ours = {'results': [
+        _result('dp-create', 500.0, 2.0),
+        _result('lookup', 400.0, 2.5, rows=100000),
+        _result('arq-list', 30.0, 33.0, rows=1000, listed=1000),
+        dict(_result('boot', 50.0, 20.0), concurrency=4)]}
+    ref = {'results': [
+        _result('dp-create', 25.0, 40.0),
+        _result('lookup', 0.0, None, rows=100000, ok=0, timeout_s=240),
+        _result('arq-list', 0.25, 4000.0, rows=1000, ok=3, listed=1000),
+        {'workload': 'bind', 'not_run': 'no agent'}]}
+    rows = {r['workload']: r for r in sbs.compare(ours, ref)}
+    assert 'boot' not in rows            # one client only
+    assert rows['dp-create']['ratio'] == 20.0
+    assert rows['dp-create']['p50_ratio'] == 20.0
+    lookup = rows['lookup']
+    assert lookup['ref_timed_out_s'] == 240
+    assert lookup['ratio_at_least'] == 400 * 240
+    assert rows['arq-list']['ref_listed'] == 1000
+    table = sbs.markdown(list(rows.values()))
+    assert '> 240 s' in table and '> 96000×' in table
+    assert '(3 done, time cap)' in table
+
+
+def test_dp_list_trims_a_paged_table_to_size(api, tmp_path):
+    # More profiles than one page holds: dp-list must still end up with
+    # exactly --dp-list-rows in the table before it measures.
+    CONF.set_override('max_limit', 4, group='api')
+    url, _ = api
+    rc, doc = _run(tmp_path, '--url', url, '--requests', '7', '--warmup',
+                   '0', '--workloads', 'dp-create,dp-list',
+                   '--dp-list-rows', '3')
+    assert rc == 0, doc
+    assert [(r['workload'], r['ok'], r['errors'])
+            for r in doc['results']] == [('dp-create', 7, 0),
+                                         ('dp-list', 7, 0)]
