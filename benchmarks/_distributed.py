@@ -66,6 +66,23 @@ class VirtualHost:
         self._ctl('delete_vhost', self.name)
 
 
+def stop_group(proc, timeout=20, on_kill=None):
+    """SIGTERM a process started in its own session, and its children;
+    SIGKILL them if they are still there after `timeout` seconds."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        if on_kill is not None:
+            on_kill()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+    except ProcessLookupError:
+        pass
+
+
 def group_cpu_seconds(pgid):
     """user+system CPU time of every live process in a process group."""
     ticks = 0
@@ -115,15 +132,7 @@ class _Service:
                            % (self.name, what, timeout, self.text()[-3000:]))
 
     def stop(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-            except ProcessLookupError:
-                pass
+        stop_group(self.proc)
         self._log.close()
 
 

@@ -428,17 +428,8 @@ class Aio:
                     if any(k in line for k in keys)]
 
     def stop(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                log('cyborg-aio did not stop within 20 s of SIGTERM; '
-                    'killing it')
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-            except ProcessLookupError:
-                pass
+        _distributed.stop_group(self.proc, on_kill=lambda: log(
+            'cyborg-aio did not stop within 20 s of SIGTERM; killing it'))
         if self.proc.stdout:
             self.proc.stdout.close()
         self._log.close()
@@ -800,9 +791,7 @@ class FloorServer:
             self.port = int(self.proc.stdout.readline())
 
     def stop(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(20)
+        _distributed.stop_group(self.proc)
 
 
 def _listening(port):
