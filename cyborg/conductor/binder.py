@@ -4,12 +4,16 @@ bind(): claim a handle, let the device's agent prepare it, record Bound or
 BindFailed (with the reason). Outcomes are marked `event_pending` in the
 same transaction, and a notifier thread delivers every pending event to
 Nova, so an event survives Nova being down and the conductor restarting.
+Binds that arrive together run as one batch (cyborg.common.combining): two
+transactions and one Nova POST serve all of them.
 """
 
+from concurrent import futures
 import time
 
 from oslo_log import log
 
+from cyborg.common import combining
 from cyborg.common import loop
 from cyborg.common import nova
 from cyborg import context as cyborg_context
@@ -39,73 +43,105 @@ class Binder:
         self.sweep_interval = sweep_interval
         self._next_recover = 0.0
         self._loop = loop.Loop('nova-notifier', self._sweep, sweep_interval)
+        self._binds = combining.Combiner(self._bind_batch,
+                                         after=self._loop.wake)
+        self._preparers = futures.ThreadPoolExecutor(
+            max_workers=8, thread_name_prefix='bind-prepare')
 
     # Binding ---------------------------------------------------------------
 
     def bind(self, context, arq_uuids):
-        """RPC entry: bind, then let the notifier send the outcomes."""
-        self._bind(context, arq_uuids)
-        self._loop.wake()
+        """RPC entry: returns once the ARQs are bound or failed (in a batch
+        with whatever else arrived meanwhile); the notifier, woken after
+        each batch, sends the outcomes."""
+        self._binds.run((context, uuid) for uuid in arq_uuids)
 
-    def _bind(self, context, arq_uuids):
-        released = []
-        for uuid in arq_uuids:
-            try:
-                released += self._bind_one(context, uuid)
-            except Exception:
-                # The DB stayed unusable through the retries: the ARQ is
-                # still BindStarted, and the sweep re-drives it later.
-                LOG.exception('Binding ARQ %s failed; will retry', uuid)
-        self._release(context, released)
+    def _bind_batch(self, items):
+        contexts = dict((uuid, context) for context, uuid in items)
+        try:
+            claims = bindings.claim_handles(list(contexts))
+        except Exception:
+            # The DB stayed unusable through the retries: the ARQs are
+            # still BindStarted, and the sweep re-drives them later.
+            LOG.exception('Binding %d ARQ(s) failed; will retry',
+                          len(contexts))
+            return
+        claimed = {u: c for u, c in claims.items() if isinstance(c, dict)}
+        prepared = self._prepare(contexts, claimed)
+        reasons, infos = {}, {}
+        for uuid, claim in claims.items():
+            if isinstance(claim, bindings.Gone):
+                LOG.info('ARQ %s is no longer being bound, or another '
+                         'binder claimed it first; skipping', uuid)
+            elif isinstance(claim, bindings.BindError):
+                reasons[uuid] = str(claim)
+            elif isinstance(prepared[uuid], Exception):
+                reason = _reason(prepared[uuid])
+                LOG.warning('Preparing device for ARQ %s failed: %s', uuid,
+                            reason)
+                reasons[uuid] = 'Preparing the device failed: %s' % reason
+            else:
+                reasons[uuid] = None
+                if prepared[uuid]:
+                    infos[uuid] = (claim['handle']['uuid'], prepared[uuid])
+        if not reasons:
+            return
+        try:
+            released, gone = bindings.finish_many(reasons, infos)
+        except Exception:
+            LOG.exception('Recording the outcome of %d ARQ(s) failed; will '
+                          'retry', len(reasons))
+            return
+        self._log_outcomes(reasons, claimed, gone)
+        self._resync(contexts, claimed, reasons, gone)
+        if released:
+            self._release(next(iter(contexts.values())), released)
 
-    def _bind_one(self, context, uuid):
-        try:
-            claim = bindings.claim_handle(uuid)
-        except bindings.Gone:
-            LOG.info('ARQ %s is no longer being bound, or another binder '
-                     'claimed it first; skipping', uuid)
-            return []
-        except bindings.BindError as e:
-            return self._fail(uuid, str(e))
-        handle = claim['handle']
-        try:
-            info = self.agent_api.prepare(
-                context, claim['device']['hostname'],
-                claim['deployable']['name'],
-                claim['deployable']['driver_name'], handle)
-        except Exception as e:
-            reason = _reason(e)
-            LOG.warning('Preparing device for ARQ %s failed: %s', uuid,
-                        reason)
-            return self._fail(uuid, 'Preparing the device failed: %s'
-                              % reason)
-        try:
-            if info:
-                bindings.update_handle_info(handle['uuid'], info)
-            bindings.finish(uuid)
-        except bindings.Gone:
-            LOG.info('ARQ %s was unbound while its device was prepared', uuid)
-            return []
-        LOG.info('ARQ %s bound to handle %s of %s', uuid, handle['uuid'],
-                 claim['deployable']['name'])
-        if drivers.follows_bindings(claim['deployable']['driver_name']):
-            # The device is claimed now: its agent re-settles its lifecycle
-            # (Managed, Passthrough) on a pass of its own. Other drivers'
-            # devices show Managed from their next periodic pass.
+    def _prepare(self, contexts, claimed):
+        """Each claimed handle's driver prepare() on its agent: {uuid:
+        attach info updates or None | the exception}. Several run at once
+        (creating a MIG instance takes a while)."""
+        def one(uuid):
+            claim = claimed[uuid]
             try:
-                self.agent_api.resync(context, claim['device']['hostname'])
+                return self.agent_api.prepare(
+                    contexts[uuid], claim['device']['hostname'],
+                    claim['deployable']['name'],
+                    claim['deployable']['driver_name'], claim['handle'])
             except Exception as e:
-                LOG.debug('Could not wake the agent of %s: %s',
-                          claim['device']['hostname'], e)
-        return []
+                return e
+        if len(claimed) == 1:
+            return {uuid: one(uuid) for uuid in claimed}
+        return dict(zip(claimed, self._preparers.map(one, claimed)))
 
     @staticmethod
-    def _fail(uuid, reason):
-        LOG.warning('ARQ %s failed to bind: %s', uuid, reason)
-        try:
-            return bindings.finish(uuid, reason)
-        except bindings.Gone:
-            return []
+    def _log_outcomes(reasons, claimed, gone):
+        for uuid, reason in reasons.items():
+            if uuid in gone:
+                LOG.info('ARQ %s was unbound while it was being bound', uuid)
+            elif reason is not None:
+                LOG.warning('ARQ %s failed to bind: %s', uuid, reason)
+            else:
+                LOG.info('ARQ %s bound to handle %s of %s', uuid,
+                         claimed[uuid]['handle']['uuid'],
+                         claimed[uuid]['deployable']['name'])
+
+    def _resync(self, contexts, claimed, reasons, gone):
+        """Devices are claimed now: the agents of drivers that follow
+        bindings re-settle their lifecycle (Managed, Passthrough) on a pass
+        of their own. Other drivers' devices show Managed from their next
+        periodic pass."""
+        hosts = {}
+        for uuid, reason in reasons.items():
+            claim = claimed.get(uuid)
+            if (reason is None and uuid not in gone and drivers.
+                    follows_bindings(claim['deployable']['driver_name'])):
+                hosts.setdefault(claim['device']['hostname'], uuid)
+        for host, uuid in hosts.items():
+            try:
+                self.agent_api.resync(contexts[uuid], host)
+            except Exception as e:
+                LOG.debug('Could not wake the agent of %s: %s', host, e)
 
     def _release(self, context, handles):
         for handle in handles:
@@ -124,7 +160,7 @@ class Binder:
         for instance, uuids in stuck.items():
             LOG.info('Re-driving %d ARQ(s) of instance %s left in '
                      'BindStarted', len(uuids), instance)
-            self._bind(context, uuids)
+        self.bind(context, [u for uuids in stuck.values() for u in uuids])
         return sum(len(u) for u in stuck.values())
 
     # Notifying Nova --------------------------------------------------------
@@ -137,6 +173,7 @@ class Binder:
 
     def stop(self, timeout=10):
         self._loop.stop(timeout)
+        self._preparers.shutdown(wait=False)
 
     def _sweep(self):
         # Woken after each bind, the pass only has events to send; the

@@ -3,7 +3,9 @@ the outcome, and remember which outcomes Nova has not heard of yet.
 
 Every step is a conditional statement, so two conductors (or a conductor
 re-driving after a crash) can never hand one handle to two ARQs nor move an
-ARQ that someone else already moved.
+ARQ that someone else already moved. The conductor binds in batches (one
+transaction claims the handles of every ARQ that arrived meanwhile, one
+records their outcomes); each ARQ's outcome in a batch is its own.
 """
 
 import datetime
@@ -51,51 +53,83 @@ class Gone(Exception):
     """The ARQ left BindStarted meanwhile (unbound or deleted)."""
 
 
-@_retry
-def claim_handle(arq_uuid):
-    """Give a BindStarted ARQ a free attach handle of the deployable behind
-    its device_rp_uuid (or the one it already holds, when re-driven).
+# The ARQs of a batch with their deployable, device and profile, in one
+# round trip; built once, so SQLAlchemy reuses its compiled form.
+_CLAIM_ROWS = (
+    sa.select(ARQ, DEPLOYABLE, DEVICE, DP.c.profile_json)
+    .select_from(
+        ARQ.outerjoin(DEPLOYABLE, DEPLOYABLE.c.rp_uuid == ARQ.c.device_rp_uuid)
+        .outerjoin(DEVICE, DEVICE.c.id == DEPLOYABLE.c.device_id)
+        .outerjoin(DP, DP.c.id == ARQ.c.device_profile_id))
+    .where(ARQ.c.uuid.in_(sa.bindparam('uuids', expanding=True))))
 
-    Returns {arq, deployable, device, handle}; raises BindError or Gone.
+
+@_retry
+def claim_handles(arq_uuids):
+    """Give each BindStarted ARQ a free attach handle of the deployable
+    behind its device_rp_uuid (or the one it already holds, when
+    re-driven), all in one transaction.
+
+    Returns {uuid: {arq, deployable, device, handle} | BindError | Gone}.
+    Deployables are visited in id order, so two conductors claiming at
+    once lock handle rows in the same order.
     """
+    outcomes = {uuid: Gone(uuid) for uuid in arq_uuids}
     with api.writer() as session:
-        # The ARQ, its deployable, device and profile in one round trip.
-        row = session.execute(
-            sa.select(ARQ, DEPLOYABLE, DEVICE, DP.c.profile_json)
-            .select_from(
-                ARQ.outerjoin(DEPLOYABLE,
-                              DEPLOYABLE.c.rp_uuid == ARQ.c.device_rp_uuid)
-                .outerjoin(DEVICE, DEVICE.c.id == DEPLOYABLE.c.device_id)
-                .outerjoin(DP, DP.c.id == ARQ.c.device_profile_id))
-            .where(ARQ.c.uuid == arq_uuid)).first()
-        if row is None or row._mapping[ARQ.c.state] != 'BindStarted':
-            raise Gone(arq_uuid)
-        arq, dep, device = (_columns(row, table)
-                            for table in (ARQ, DEPLOYABLE, DEVICE))
-        if dep['id'] is None:
-            raise BindError('No device is known for resource provider %s'
-                            % arq['device_rp_uuid'])
-        if device['status'] != 'enabled':
-            raise BindError('Device %s on %s is in maintenance'
-                            % (device['uuid'], device['hostname']))
-        group = _request_group(row._mapping[DP.c.profile_json],
-                               arq['device_profile_group_id'])
-        held = arq['attach_handle_id']
-        handle_id = held or _take_free_handle(session, dep, group)
-        # Only if no other binder of this ARQ (a re-drive racing the
-        # queued message) claimed a handle since we read it: else we roll
-        # back, freeing the handle we took, and leave the ARQ to it.
-        updated = session.execute(ARQ.update().where(
-            ARQ.c.uuid == arq_uuid, ARQ.c.state == 'BindStarted',
-            ARQ.c.attach_handle_id == held if held is not None
-            else ARQ.c.attach_handle_id.is_(None)).values(
-            attach_handle_id=handle_id, deployable_id=dep['id']))
-        if updated.rowcount != 1:
-            raise Gone(arq_uuid)
-        handle = session.execute(sa.select(AH).where(
-            AH.c.id == handle_id)).mappings().one()
-        return {'arq': arq, 'deployable': dep, 'device': device,
-                'handle': dict(handle, request_group=group)}
+        rows = session.execute(_CLAIM_ROWS,
+                               {'uuids': list(outcomes)}).all()
+        rows.sort(key=lambda r: (r._mapping[DEPLOYABLE.c.id] or 0,
+                                 r._mapping[ARQ.c.id]))
+        for row in rows:
+            uuid = row._mapping[ARQ.c.uuid]
+            try:
+                outcomes[uuid] = _claim(session, row)
+            except (BindError, Gone) as e:
+                outcomes[uuid] = e
+    return outcomes
+
+
+def claim_handle(arq_uuid):
+    """claim_handles() of one ARQ: its claim, or raises BindError/Gone."""
+    outcome = claim_handles([arq_uuid])[arq_uuid]
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+def _claim(session, row):
+    arq_uuid = row._mapping[ARQ.c.uuid]
+    if row._mapping[ARQ.c.state] != 'BindStarted':
+        raise Gone(arq_uuid)
+    arq, dep, device = (_columns(row, table)
+                        for table in (ARQ, DEPLOYABLE, DEVICE))
+    if dep['id'] is None:
+        raise BindError('No device is known for resource provider %s'
+                        % arq['device_rp_uuid'])
+    if device['status'] != 'enabled':
+        raise BindError('Device %s on %s is in maintenance'
+                        % (device['uuid'], device['hostname']))
+    group = _request_group(row._mapping[DP.c.profile_json],
+                           arq['device_profile_group_id'])
+    held = arq['attach_handle_id']
+    handle_id = held or _take_free_handle(session, dep, group)
+    # Only if no other binder of this ARQ (a re-drive racing the queued
+    # message) claimed a handle since we read it: else we give back the
+    # handle we took and leave the ARQ to it.
+    updated = session.execute(ARQ.update().where(
+        ARQ.c.uuid == arq_uuid, ARQ.c.state == 'BindStarted',
+        ARQ.c.attach_handle_id == held if held is not None
+        else ARQ.c.attach_handle_id.is_(None)).values(
+        attach_handle_id=handle_id, deployable_id=dep['id']))
+    if updated.rowcount != 1:
+        if held is None:
+            session.execute(AH.update().where(AH.c.id == handle_id)
+                            .values(in_use=False))
+        raise Gone(arq_uuid)
+    handle = session.execute(sa.select(AH).where(
+        AH.c.id == handle_id)).mappings().one()
+    return {'arq': arq, 'deployable': dep, 'device': device,
+            'handle': dict(handle, request_group=group)}
 
 
 def _columns(row, table):
@@ -142,41 +176,70 @@ def _take_free_handle(session, dep, group, attempts=5):
 
 @_retry
 def update_handle_info(handle_uuid, info):
-    """Record what the driver's prepare() learnt (e.g. a MIG UUID)."""
+    """Record attach info an agent re-made (e.g. a MIG UUID)."""
     with api.writer() as session:
-        current = session.execute(sa.select(AH.c.attach_info).where(
-            AH.c.uuid == handle_uuid)).scalar()
-        merged = dict(json.loads(current or '{}'), **info)
-        session.execute(AH.update().where(AH.c.uuid == handle_uuid).values(
-            attach_info=json.dumps(merged, sort_keys=True,
-                                   separators=(', ', ': '))))
+        _merge_info(session, handle_uuid, info)
+
+
+def _merge_info(session, handle_uuid, info):
+    current = session.execute(sa.select(AH.c.attach_info).where(
+        AH.c.uuid == handle_uuid)).scalar()
+    merged = dict(json.loads(current or '{}'), **info)
+    session.execute(AH.update().where(AH.c.uuid == handle_uuid).values(
+        attach_info=json.dumps(merged, sort_keys=True,
+                               separators=(', ', ': '))))
 
 
 @_retry
-def finish(arq_uuid, reason=None):
-    """BindStarted → Bound (reason None) or BindFailed (with the reason).
+def finish_many(reasons, infos=None):
+    """Record many binds' outcomes in one transaction: BindStarted → Bound
+    (reason None) or BindFailed (with the reason), each with its event to
+    Nova marked pending.
 
-    On failure the handle is freed and returned for release; the event to
-    Nova is marked pending in the same transaction. Raises Gone when the
-    ARQ is no longer BindStarted.
+    reasons: {arq uuid: None | reason}; infos: {arq uuid: (handle uuid,
+    what the driver's prepare() learnt)}, recorded for the ARQs that end
+    Bound. A failed ARQ's handle is freed. Returns (the freed handles, for
+    release; the uuids no longer BindStarted, which are left alone).
     """
-    target = 'Bound' if reason is None else 'BindFailed'
+    infos = infos or {}
+    released, gone = [], []
     with api.writer() as session:
-        row = session.execute(sa.select(ARQ.c.attach_handle_id).where(
-            ARQ.c.uuid == arq_uuid, ARQ.c.state == 'BindStarted')
-            .with_for_update()).mappings().first()
-        if row is None:
-            raise Gone(arq_uuid)
-        values = {'state': target, 'event_pending': True,
-                  'bind_failure': reason[:255] if reason else None}
-        if reason is not None:
-            values.update(attach_handle_id=None, deployable_id=None)
-        session.execute(ARQ.update().where(
-            ARQ.c.uuid == arq_uuid, ARQ.c.state == 'BindStarted').values(
-            **values))
-        if reason is not None and row['attach_handle_id'] is not None:
-            return arqs.free_handles(session, [row['attach_handle_id']])
-        return []
+        for uuid, reason in reasons.items():
+            try:
+                released += _finish(session, uuid, reason)
+            except Gone:
+                gone.append(uuid)
+                continue
+            if reason is None and uuid in infos:
+                _merge_info(session, *infos[uuid])
+    return released, gone
+
+
+def finish(arq_uuid, reason=None):
+    """finish_many() of one ARQ: the freed handles, or raises Gone."""
+    released, gone = finish_many({arq_uuid: reason})
+    if gone:
+        raise Gone(arq_uuid)
+    return released
+
+
+def _finish(session, arq_uuid, reason):
+    target = 'Bound' if reason is None else 'BindFailed'
+    row = session.execute(sa.select(ARQ.c.attach_handle_id).where(
+        ARQ.c.uuid == arq_uuid, ARQ.c.state == 'BindStarted')
+        .with_for_update()).mappings().first()
+    if row is None:
+        raise Gone(arq_uuid)
+    values = {'state': target, 'event_pending': True,
+              'bind_failure': reason[:255] if reason else None}
+    if reason is not None:
+        values.update(attach_handle_id=None, deployable_id=None)
+    session.execute(ARQ.update().where(
+        ARQ.c.uuid == arq_uuid, ARQ.c.state == 'BindStarted').values(
+        **values))
+    if reason is not None and row['attach_handle_id'] is not None:
+        return arqs.free_handles(session, [row['attach_handle_id']])
+    return []
 
 
 def bind_started(older_than=None):
