@@ -162,30 +162,59 @@ def get(uuid, project_id=None):
     return _decode(row)
 
 
+@functools.lru_cache(maxsize=None)
+def _locking_read(by_project):
+    query = sa.select(
+        ARQ.c.id, ARQ.c.uuid, ARQ.c.state, ARQ.c.instance_uuid,
+        ARQ.c.attach_handle_id).where(
+        ARQ.c.uuid.in_(sa.bindparam('uuids', expanding=True)))
+    if by_project:
+        query = query.where(ARQ.c.project_id == sa.bindparam('project_id'))
+    return query.with_for_update()
+
+
 def _require_all(session, uuids, project_id):
     """Lock and return {uuid: row} for all uuids, or raise 404."""
+    params = {'uuids': list(uuids)}
+    if project_id is not None:
+        params['project_id'] = project_id
     found = {r['uuid']: r for r in session.execute(
-        _scoped(sa.select(ARQ.c.id, ARQ.c.uuid, ARQ.c.state,
-                          ARQ.c.instance_uuid, ARQ.c.attach_handle_id),
-                project_id)
-        .where(ARQ.c.uuid.in_(uuids)).with_for_update()).mappings()}
+        _locking_read(project_id is not None), params).mappings()}
     for uuid in uuids:
         if uuid not in found:
             raise exception.not_found('ExtArq', uuid=uuid)
     return found
 
 
+@functools.lru_cache(maxsize=None)
+def _transition_statement(target, allowed, keys):
+    """UPDATE of one ARQ (bound `uuid`) from `allowed` to `target`, with
+    the columns `keys` (bound as `v_<key>`), built once per shape."""
+    return ARQ.update().where(
+        ARQ.c.uuid == sa.bindparam('arq_uuid'), ARQ.c.state.in_(allowed)
+    ).values(state=target, **{k: sa.bindparam('v_' + k) for k in keys})
+
+
+_STATE_OF = sa.select(ARQ.c.state).where(
+    ARQ.c.uuid == sa.bindparam('arq_uuid'))
+
+
 def _transition(session, uuid, target, allowed, values, current):
     """Move one ARQ to `target` if it is in `allowed`, else ARQBadState."""
+    params = {'v_' + k: v for k, v in values.items()}
+    params['arq_uuid'] = uuid
     result = session.execute(
-        ARQ.update()
-        .where(ARQ.c.uuid == uuid, ARQ.c.state.in_(allowed))
-        .values(state=target, **values))
+        _transition_statement(target, tuple(allowed), tuple(sorted(values))),
+        params)
     if result.rowcount != 1:
-        state = session.execute(
-            sa.select(ARQ.c.state).where(ARQ.c.uuid == uuid)).scalar()
+        state = session.execute(_STATE_OF, {'arq_uuid': uuid}).scalar()
         raise exception.ARQBadState(state=state or current, uuid=uuid,
                                     expected=', '.join(allowed))
+
+
+_INSTANCE_TAKEN = sa.select(ARQ.c.instance_uuid).where(
+    ARQ.c.instance_uuid.in_(sa.bindparam('instances', expanding=True))
+).limit(1)
 
 
 def start_bind(bindings, project_id=None):
@@ -198,8 +227,7 @@ def start_bind(bindings, project_id=None):
         found = _require_all(session, list(bindings), project_id)
         instances = {b['instance_uuid'] for b in bindings.values()}
         already = session.execute(
-            sa.select(ARQ.c.instance_uuid)
-            .where(ARQ.c.instance_uuid.in_(instances)).limit(1)).scalar()
+            _INSTANCE_TAKEN, {'instances': list(instances)}).scalar()
         if already is not None:
             raise exception.PatchError(
                 reason='Instance %s already has accelerator requests. Cannot '

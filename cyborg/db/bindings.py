@@ -116,20 +116,31 @@ def _claim(session, row):
     # Only if no other binder of this ARQ (a re-drive racing the queued
     # message) claimed a handle since we read it: else we give back the
     # handle we took and leave the ARQ to it.
-    updated = session.execute(ARQ.update().where(
-        ARQ.c.uuid == arq_uuid, ARQ.c.state == 'BindStarted',
-        ARQ.c.attach_handle_id == held if held is not None
-        else ARQ.c.attach_handle_id.is_(None)).values(
-        attach_handle_id=handle_id, deployable_id=dep['id']))
+    updated = session.execute(
+        _RECLAIM if held is not None else _CLAIM,
+        {'arq_uuid': arq_uuid, 'held': held, 'handle_id': handle_id,
+         'deployable_id': dep['id']})
     if updated.rowcount != 1:
         if held is None:
-            session.execute(AH.update().where(AH.c.id == handle_id)
-                            .values(in_use=False))
+            session.execute(_SET_IN_USE, {'handle_id': handle_id,
+                                          'in_use': False})
         raise Gone(arq_uuid)
-    handle = session.execute(sa.select(AH).where(
-        AH.c.id == handle_id)).mappings().one()
+    handle = session.execute(_HANDLE, {'handle_id': handle_id}
+                             ).mappings().one()
     return {'arq': arq, 'deployable': dep, 'device': device,
             'handle': dict(handle, request_group=group)}
+
+
+_CLAIM, _RECLAIM = (
+    ARQ.update().where(ARQ.c.uuid == sa.bindparam('arq_uuid'),
+                       ARQ.c.state == 'BindStarted', held).values(
+        attach_handle_id=sa.bindparam('handle_id'),
+        deployable_id=sa.bindparam('deployable_id'))
+    for held in (ARQ.c.attach_handle_id.is_(None),
+                 ARQ.c.attach_handle_id == sa.bindparam('held')))
+_HANDLE = sa.select(AH).where(AH.c.id == sa.bindparam('handle_id'))
+_SET_IN_USE = AH.update().where(AH.c.id == sa.bindparam('handle_id')).values(
+    in_use=sa.bindparam('in_use'))
 
 
 def _columns(row, table):
@@ -156,22 +167,27 @@ def _take_free_handle(session, dep, group, attempts=5):
     pick = drivers.handle_picker(dep['driver_name'])
     free = []
     for _ in range(attempts):
-        free = session.execute(
-            sa.select(AH.c.id, AH.c.attach_type, AH.c.attach_info).where(
-                AH.c.deployable_id == dep['id'], AH.c.in_use == sa.false())
-            .order_by(AH.c.id).with_for_update()).mappings().all()
+        free = session.execute(_FREE_HANDLES,
+                               {'deployable_id': dep['id']}).mappings().all()
         candidates = pick(dep, group, [dict(h) for h in free])
         if not candidates:
             break
-        taken = session.execute(AH.update().where(
-            AH.c.id == candidates[0]['id'], AH.c.in_use == sa.false())
-            .values(in_use=True))
+        taken = session.execute(_TAKE, {'handle_id': candidates[0]['id']})
         if taken.rowcount == 1:
             return candidates[0]['id']
-    total = session.execute(sa.select(sa.func.count()).where(
-        AH.c.deployable_id == dep['id'])).scalar()
+    total = session.execute(_HANDLE_COUNT,
+                            {'deployable_id': dep['id']}).scalar()
     raise BindError('No free attach handle for this request on deployable '
                     '%s (%d in use)' % (dep['name'], total - len(free)))
+
+
+_FREE_HANDLES = sa.select(AH.c.id, AH.c.attach_type, AH.c.attach_info).where(
+    AH.c.deployable_id == sa.bindparam('deployable_id'),
+    AH.c.in_use == sa.false()).order_by(AH.c.id).with_for_update()
+_TAKE = AH.update().where(AH.c.id == sa.bindparam('handle_id'),
+                          AH.c.in_use == sa.false()).values(in_use=True)
+_HANDLE_COUNT = sa.select(sa.func.count()).where(
+    AH.c.deployable_id == sa.bindparam('deployable_id'))
 
 
 @_retry
@@ -223,20 +239,28 @@ def finish(arq_uuid, reason=None):
     return released
 
 
+_HELD = sa.select(ARQ.c.attach_handle_id).where(
+    ARQ.c.uuid == sa.bindparam('arq_uuid'), ARQ.c.state == 'BindStarted'
+).with_for_update()
+_BOUND = ARQ.update().where(
+    ARQ.c.uuid == sa.bindparam('arq_uuid'), ARQ.c.state == 'BindStarted'
+).values(state='Bound', event_pending=True, bind_failure=None)
+_FAILED = ARQ.update().where(
+    ARQ.c.uuid == sa.bindparam('arq_uuid'), ARQ.c.state == 'BindStarted'
+).values(state='BindFailed', event_pending=True,
+         bind_failure=sa.bindparam('reason'), attach_handle_id=None,
+         deployable_id=None)
+
+
 def _finish(session, arq_uuid, reason):
-    target = 'Bound' if reason is None else 'BindFailed'
-    row = session.execute(sa.select(ARQ.c.attach_handle_id).where(
-        ARQ.c.uuid == arq_uuid, ARQ.c.state == 'BindStarted')
-        .with_for_update()).mappings().first()
+    row = session.execute(_HELD, {'arq_uuid': arq_uuid}).mappings().first()
     if row is None:
         raise Gone(arq_uuid)
-    values = {'state': target, 'event_pending': True,
-              'bind_failure': reason[:255] if reason else None}
-    if reason is not None:
-        values.update(attach_handle_id=None, deployable_id=None)
-    session.execute(ARQ.update().where(
-        ARQ.c.uuid == arq_uuid, ARQ.c.state == 'BindStarted').values(
-        **values))
+    if reason is None:
+        session.execute(_BOUND, {'arq_uuid': arq_uuid})
+    else:
+        session.execute(_FAILED, {'arq_uuid': arq_uuid,
+                                  'reason': reason[:255]})
     if reason is not None and row['attach_handle_id'] is not None:
         return arqs.free_handles(session, [row['attach_handle_id']])
     return []

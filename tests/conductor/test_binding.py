@@ -19,6 +19,7 @@ from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.common import nova
 from cyborg.conf import CONF
+from cyborg import context as cyborg_context
 from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.drivers import fake
@@ -53,6 +54,7 @@ class RecordingNova:
 
     def __init__(self, status=200):
         self.events = []
+        self.posts = 0
         self.status = status
         self.arrived = threading.Event()
 
@@ -60,6 +62,7 @@ class RecordingNova:
         body = json.loads(environ['wsgi.input'].read(
             int(environ.get('CONTENT_LENGTH') or 0)))
         self.events.extend(body['events'])
+        self.posts += 1
         self.version = environ.get('HTTP_OPENSTACK_API_VERSION')
         self.arrived.set()
         start_response('%d OK' % self.status,
@@ -423,3 +426,72 @@ def test_lost_bind_message_is_re_driven_by_the_sweep(stack, monkeypatch):
     assert stack.arqs(instance)[0]['state'] == 'BindStarted'
     assert stack.wait_resolved(instance)[0]['state'] == 'Bound'
     assert stack.wait_events(1)[0]['status'] == 'completed'
+
+
+def test_binds_arriving_together_are_one_batch(stack, monkeypatch):
+    """ARQs handed to the binder at once share one claim transaction, one
+    outcome transaction and one Nova POST; each keeps its own outcome."""
+    from cyborg.db import bindings
+    stack.profile('gpu', [{'resources:PGPU': '1'}])
+    stack.stop_conductor()
+    gpu = stack.rp('0000:1b:00.0')
+    cases = {'bound': gpu, 'no-handle': gpu, 'unknown': str(uuid.uuid4())}
+    arqs, instances = {}, {}
+    for name, rp in cases.items():
+        [arqs[name]] = stack.create_arqs('gpu')
+        instances[name] = str(uuid.uuid4())
+        assert stack.bind([arqs[name]], instances[name],
+                          [rp]).status_int == 202
+    calls = []
+    for fn in ('claim_handles', 'finish_many'):
+        real = getattr(bindings, fn)
+        monkeypatch.setattr(bindings, fn, lambda *a, _real=real, _fn=fn: (
+            calls.append(_fn), _real(*a))[1])
+    binder = conductor_binder.Binder(
+        agent_rpcapi.AgentAPI(), nova.NovaNotifier(give_up_after=30))
+    try:
+        binder.bind(cyborg_context.get_admin_context(),
+                    [a['uuid'] for a in arqs.values()])
+        assert binder.notify_pending() == 3
+    finally:
+        binder.stop()
+    assert calls == ['claim_handles', 'finish_many']
+    state = {name: stack.arqs(instances[name])[0] for name in cases}
+    assert state['bound']['state'] == 'Bound'
+    assert state['no-handle']['state'] == 'BindFailed'
+    assert state['unknown']['state'] == 'BindFailed'
+    with db_api.reader() as session:
+        arq_t = models.ExtendedAcceleratorRequest.__table__
+        reasons = dict(session.execute(sa.select(
+            arq_t.c.uuid, arq_t.c.bind_failure)).all())
+    assert reasons[arqs['no-handle']['uuid']].startswith(
+        'No free attach handle')
+    assert reasons[arqs['unknown']['uuid']].startswith(
+        'No device is known for resource provider')
+    assert stack.nova.posts == 1
+    assert {e['tag']: e['status'] for e in stack.nova.events} == {
+        arqs['bound']['uuid']: 'completed',
+        arqs['no-handle']['uuid']: 'failed',
+        arqs['unknown']['uuid']: 'failed'}
+
+
+def test_a_claim_that_lost_its_arq_gives_the_handle_back(stack):
+    """The ARQ changed between the read and the conditional UPDATE (a
+    re-drive racing the queued message, on a database that does not lock
+    the whole file): the handle just taken is free again."""
+    from cyborg.db import bindings
+    stack.profile('fpga', [{'resources:FPGA': '1'}])
+    stack.stop_conductor()
+    [arq] = stack.create_arqs('fpga')
+    stack.bind([arq], str(uuid.uuid4()), [stack.rp('0000:0c:00.0')])
+    with db_api.reader() as session:
+        stale = session.execute(bindings._CLAIM_ROWS,
+                                {'uuids': [arq['uuid']]}).one()
+    other = bindings.claim_handle(arq['uuid'])['handle']   # the other binder
+    handles = models.AttachHandle.__table__
+    with db_api.writer() as session:
+        with pytest.raises(bindings.Gone):
+            bindings._claim(session, stale)
+        in_use = session.execute(sa.select(handles.c.id).where(
+            handles.c.in_use == sa.true())).scalars().all()
+    assert in_use == [other['id']]
