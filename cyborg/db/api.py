@@ -14,6 +14,7 @@ more than the rest of a lookup's database work.
 
 import contextlib
 import contextvars
+import fcntl
 import os
 import sqlite3
 import threading
@@ -79,12 +80,7 @@ def _sqlite_file_engine(url):
         max_overflow=CONF.database.max_overflow or 0,
         pool_timeout=CONF.database.pool_timeout or 30)
     exc_filters.register_engine(engine)
-    # SQLite lets one writer in at a time, and one that finds the lock
-    # taken polls for it, sleeping up to 100 ms between tries: under
-    # concurrent binds the sleeps, not the work, made the latency. Writers
-    # of this process queue on a lock instead and start the moment the
-    # previous one commits; other processes still meet the busy timeout.
-    engine.cyborg_write_lock = threading.RLock()
+    engine.cyborg_write_lock = _WriteLock(url.database)
     synchronous = CONF.database.sqlite_synchronous
 
     @sa.event.listens_for(engine, 'connect')
@@ -125,6 +121,53 @@ def _sqlite_file_engine(url):
             forked.dispose(close=False)
     os.register_at_fork(after_in_child=after_fork)
     return engine
+
+
+class _WriteLock:
+    """Writers of one SQLite file take turns here before BEGIN IMMEDIATE:
+    threads on a lock, processes on an flock() of a file beside the
+    database. SQLite lets one writer in at a time and one that finds the
+    lock taken polls for it, sleeping up to 100 ms between tries: under
+    concurrent binds those sleeps, not the work, made the latency. Here
+    the next writer starts the moment the previous one is done.
+    """
+
+    def __init__(self, database):
+        self._threads = threading.RLock()
+        self._path = database + '.writelock'
+        self._depth = 0              # only touched by the owning thread
+        self._fd = self._pid = None
+
+    def __enter__(self):
+        self._threads.acquire()
+        if self._depth == 0:
+            try:
+                fd = self._file()
+                if fd is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException:
+                self._threads.release()
+                raise
+        self._depth += 1
+
+    def __exit__(self, *exc_info):
+        self._depth -= 1
+        try:
+            if self._depth == 0 and self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._threads.release()
+
+    def _file(self):
+        # A forked child opens its own: an inherited descriptor would share
+        # the parent's lock instead of contending for it.
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            try:
+                self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError:
+                self._fd = None      # a read-only directory: threads only
+        return self._fd
 
 
 @sa.event.listens_for(sa.engine.Engine, 'connect')

@@ -2,6 +2,8 @@
 barrier, each on its own connection and transaction.
 """
 
+import subprocess
+import sys
 import time
 
 from oslo_utils import uuidutils
@@ -177,27 +179,68 @@ def test_writers_queue_instead_of_failing(database):
     assert len(arqs.list_()) == 8
 
 
-def test_sqlite_writers_of_one_process_take_turns(sqlite_database):
-    """Writers of one process queue on the engine's lock and never meet a
-    busy database: with SQLite's own busy wait switched off, writers that
-    overlap for certain all still succeed."""
-    dp = seed.profile()
+def _without_busy_wait(fn):
+    """fn() with SQLite's own busy wait off: a writer that met a busy
+    database would fail at once."""
     engine = api.get_engine()
 
     def no_busy_wait(dbapi_conn, record, proxy):
         dbapi_conn.execute('PRAGMA busy_timeout=0')
 
-    def slow_create():
-        with api.writer() as session:
-            session.execute(seed.DP.update().where(seed.DP.c.id == dp['id'])
-                            .values(description='x'))
-            time.sleep(0.02)          # hold the write lock a while
-        return arqs.create(dp['id'], [1], 'p')
-
     sa.event.listen(engine, 'checkout', no_busy_wait)
     try:
-        outcomes = racing.race([slow_create] * 6)
+        return fn()
     finally:
         sa.event.remove(engine, 'checkout', no_busy_wait)
+
+
+def _hold_write_lock(dp, seconds):
+    with api.writer() as session:
+        session.execute(seed.DP.update().where(seed.DP.c.id == dp['id'])
+                        .values(description='x'))
+        time.sleep(seconds)
+
+
+def test_sqlite_writers_of_one_process_take_turns(sqlite_database):
+    """Writers of one process queue on the engine's lock and never meet a
+    busy database: writers that overlap for certain all succeed."""
+    dp = seed.profile()
+
+    def slow_create():
+        _hold_write_lock(dp, 0.02)
+        return arqs.create(dp['id'], [1], 'p')
+
+    outcomes = _without_busy_wait(
+        lambda: racing.race([slow_create] * 6))
     assert [kind for kind, _ in outcomes] == ['ok'] * 6, outcomes
     assert len(arqs.list_()) == 6
+
+
+_HOLDER = """
+import sys, time
+import sqlalchemy as sa
+from cyborg.db import api, models
+api.configure(sys.argv[1])
+DP = models.DeviceProfile.__table__
+with api.writer() as session:
+    session.execute(DP.update().values(description='x'))
+    print('writing', flush=True)
+    time.sleep(0.3)
+"""
+
+
+def test_sqlite_writers_of_two_processes_take_turns(sqlite_database):
+    """A writer in another process (a gunicorn worker, the conductor)
+    holds the database: ours waits on the lock file and then succeeds."""
+    dp = seed.profile()
+    holder = subprocess.Popen(
+        [sys.executable, '-c', _HOLDER, str(api.get_engine().url)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == 'writing\n'
+        created = _without_busy_wait(lambda: arqs.create(dp['id'], [1], 'p'))
+    finally:
+        holder.wait(30)
+    assert holder.returncode == 0
+    assert len(created) == 1
+    assert device_profiles.get_by_name(dp['name'])['description'] == 'x'
