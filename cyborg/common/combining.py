@@ -2,7 +2,8 @@
 
 Callers hand in items; whichever caller finds nobody working runs the work
 for everything queued meanwhile, batch after batch, while the others wait
-for their own items. Alone, a caller runs its items at once; under load
+for their own items (or go their way at once, when they do not need to
+know). Alone, a caller runs its items at once; under load
 one transaction, one lock hand-over and one notification serve a whole
 batch instead of one item each.
 """
@@ -34,15 +35,18 @@ class Combiner:
         self._queued = []
         self._busy = False
 
-    def run(self, items):
-        """Returns once `items` went through work() (by us or another)."""
+    def run(self, items, wait=True):
+        """Returns once `items` went through work() (by us or another);
+        with wait=False, at once if another caller is working (it takes
+        our items too)."""
         ticket = _Ticket(list(items))
         with self._lock:
             self._queued.append(ticket)
             lead = not self._busy
             self._busy = True
         if not lead:
-            ticket.done.wait()
+            if wait:
+                ticket.done.wait()
             return
         while True:
             with self._lock:

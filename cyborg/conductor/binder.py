@@ -50,11 +50,13 @@ class Binder:
 
     # Binding ---------------------------------------------------------------
 
-    def bind(self, context, arq_uuids):
-        """RPC entry: returns once the ARQs are bound or failed (in a batch
-        with whatever else arrived meanwhile); the notifier, woken after
-        each batch, sends the outcomes."""
-        self._binds.run((context, uuid) for uuid in arq_uuids)
+    def bind(self, context, arq_uuids, wait=True):
+        """Bind the ARQs, in a batch with whatever else arrived meanwhile;
+        the notifier, woken after each batch, sends the outcomes. Returns
+        once they are bound or failed, or with wait=False (the RPC cast)
+        at once when another thread is binding already: it takes these
+        too, and the RPC thread is free for other messages."""
+        self._binds.run(((context, uuid) for uuid in arq_uuids), wait=wait)
 
     def _bind_batch(self, items):
         contexts = dict((uuid, context) for context, uuid in items)

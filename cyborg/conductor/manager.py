@@ -25,7 +25,7 @@ class ConductorManager:
         self.binder = binder
 
     def bind_arqs(self, context, arq_uuids):
-        self.binder.bind(context, arq_uuids)
+        self.binder.bind(context, arq_uuids, wait=False)
 
     @oslo_db_api.wrap_db_retry(max_retries=5, retry_on_deadlock=True,
                                exception_checker=_raced)

@@ -88,3 +88,18 @@ def test_a_failing_batch_releases_its_callers_and_the_next_runs():
     assert sorted(returned) == [(('boom',), False), (('e',), True)]
     combiner.run(['f'])                    # nobody is left "busy"
     assert work.batches[-1] == ['f']
+
+
+def test_a_caller_that_need_not_wait_leaves_its_items_to_the_worker():
+    work = Work(hold_first=True)
+    combiner = combining.Combiner(work)
+    returned = []
+    first = _caller(combiner, ['a'], returned, work)
+    first.start()
+    assert work.entered.wait(10)
+    combiner.run(['b'], wait=False)        # returns while 'a' is worked
+    assert 'b' not in work.done
+    work.release.set()
+    first.join(10)
+    assert work.batches == [['a'], ['b']]
+    assert work.done == {'a', 'b'}
