@@ -2,10 +2,10 @@
 
 Callers hand in items; whichever caller finds nobody working runs the work
 for everything queued meanwhile, batch after batch, while the others wait
-for their own items (or go their way at once, when they do not need to
-know). Alone, a caller runs its items at once; under load
-one transaction, one lock hand-over and one notification serve a whole
-batch instead of one item each.
+for their own items (or go their way at once, when they need not know).
+Alone, a caller runs its items at once; under load one transaction, one
+lock hand-over and one notification serve a whole batch instead of one
+item each.
 """
 
 import threading

@@ -62,7 +62,13 @@ class Binder:
         contexts = dict((uuid, context) for context, uuid in items)
         try:
             claims = bindings.claim_handles(list(contexts))
-        except Exception:
+        except Exception as e:
+            if len(contexts) > 1 and not bindings.transient(e):
+                # Something about one ARQ breaks the batch's transaction:
+                # bind each alone, so only that one is left behind.
+                for uuid, context in contexts.items():
+                    self._bind_batch([(context, uuid)])
+                return
             # The DB stayed unusable through the retries: the ARQs are
             # still BindStarted, and the sweep re-drives them later.
             LOG.exception('Binding %d ARQ(s) failed; will retry',
@@ -135,9 +141,10 @@ class Binder:
         periodic pass."""
         hosts = {}
         for uuid, reason in reasons.items():
-            claim = claimed.get(uuid)
-            if (reason is None and uuid not in gone and drivers.
-                    follows_bindings(claim['deployable']['driver_name'])):
+            if reason is not None or uuid in gone:
+                continue
+            claim = claimed[uuid]
+            if drivers.follows_bindings(claim['deployable']['driver_name']):
                 hosts.setdefault(claim['device']['hostname'], uuid)
         for host, uuid in hosts.items():
             try:

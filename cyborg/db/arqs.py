@@ -188,7 +188,7 @@ def _require_all(session, uuids, project_id):
 
 @functools.lru_cache(maxsize=None)
 def _transition_statement(target, allowed, keys):
-    """UPDATE of one ARQ (bound `uuid`) from `allowed` to `target`, with
+    """UPDATE of one ARQ (bound `arq_uuid`) from `allowed` to `target`, with
     the columns `keys` (bound as `v_<key>`), built once per shape."""
     return ARQ.update().where(
         ARQ.c.uuid == sa.bindparam('arq_uuid'), ARQ.c.state.in_(allowed)

@@ -30,7 +30,7 @@ BIND_STATUS = {'Bound': 'completed', 'BindFailed': 'failed',
                'Deleting': 'failed'}
 
 
-def _transient(exc):
+def transient(exc):
     """A DB error worth retrying (a busy SQLite, a lost connection), as
     opposed to a constraint that will fail again."""
     return (isinstance(exc, db_exc.DBError)
@@ -42,7 +42,7 @@ def _transient(exc):
 _retry = oslo_db_api.wrap_db_retry(max_retries=5, retry_interval=0.2,
                                    inc_retry_interval=True,
                                    retry_on_deadlock=True,
-                                   exception_checker=_transient)
+                                   exception_checker=transient)
 
 
 class BindError(Exception):

@@ -495,3 +495,38 @@ def test_a_claim_that_lost_its_arq_gives_the_handle_back(stack):
         in_use = session.execute(sa.select(handles.c.id).where(
             handles.c.in_use == sa.true())).scalars().all()
     assert in_use == [other['id']]
+
+
+def test_an_arq_that_breaks_its_batch_does_not_hold_back_the_others(
+        stack, monkeypatch):
+    """A claim transaction that fails for a reason retrying cannot mend
+    (here: a stand-in error for one ARQ) is retried one ARQ at a time:
+    the others bind, only the broken one stays BindStarted for the
+    sweep."""
+    from cyborg.db import bindings
+    stack.profile('fpga', [{'resources:FPGA': '1'}])
+    stack.stop_conductor()
+    arqs, instances = [], []
+    for _ in range(3):
+        [arq] = stack.create_arqs('fpga')
+        arqs.append(arq)
+        instances.append(str(uuid.uuid4()))
+        stack.bind([arq], instances[-1], [stack.rp('0000:0c:00.0')])
+    broken = arqs[1]['uuid']
+    real = bindings.claim_handles
+
+    def claim_handles(uuids):
+        if broken in uuids:
+            raise ValueError('unexpected data in ARQ %s' % broken)
+        return real(uuids)
+
+    monkeypatch.setattr(bindings, 'claim_handles', claim_handles)
+    binder = conductor_binder.Binder(
+        agent_rpcapi.AgentAPI(), nova.NovaNotifier(give_up_after=30))
+    try:
+        binder.bind(cyborg_context.get_admin_context(),
+                    [a['uuid'] for a in arqs])
+    finally:
+        binder.stop()
+    states = [stack.arqs(i)[0]['state'] for i in instances]
+    assert states == ['Bound', 'BindStarted', 'Bound']

@@ -38,6 +38,18 @@ def _caller(combiner, items, returned, work):
     return threading.Thread(target=run)
 
 
+def _busy(items, after=False):
+    """A combiner whose first caller, on a thread, is inside work() with
+    `items` until work.release is set."""
+    work = Work(hold_first=True)
+    combiner = combining.Combiner(work, after=work.after if after else None)
+    returned = []
+    first = _caller(combiner, items, returned, work)
+    first.start()
+    assert work.entered.wait(10)
+    return work, combiner, returned, first
+
+
 def test_a_lone_caller_runs_its_items_at_once():
     work = Work()
     combiner = combining.Combiner(work, after=work.after)
@@ -47,12 +59,7 @@ def test_a_lone_caller_runs_its_items_at_once():
 
 
 def test_callers_arriving_meanwhile_share_the_next_batch():
-    work = Work(hold_first=True)
-    combiner = combining.Combiner(work, after=work.after)
-    returned = []
-    first = _caller(combiner, ['a'], returned, work)
-    first.start()
-    assert work.entered.wait(10)
+    work, combiner, returned, first = _busy(['a'], after=True)
     others = [_caller(combiner, [x], returned, work) for x in 'bcd']
     for t in others:
         t.start()
@@ -72,12 +79,7 @@ def test_callers_arriving_meanwhile_share_the_next_batch():
 
 
 def test_a_failing_batch_releases_its_callers_and_the_next_runs():
-    work = Work(hold_first=True)
-    combiner = combining.Combiner(work)
-    returned = []
-    first = _caller(combiner, ['boom'], returned, work)
-    first.start()
-    assert work.entered.wait(10)
+    work, combiner, returned, first = _busy(['boom'])
     second = _caller(combiner, ['e'], returned, work)
     second.start()
     while not combiner._queued:
@@ -91,12 +93,7 @@ def test_a_failing_batch_releases_its_callers_and_the_next_runs():
 
 
 def test_a_caller_that_need_not_wait_leaves_its_items_to_the_worker():
-    work = Work(hold_first=True)
-    combiner = combining.Combiner(work)
-    returned = []
-    first = _caller(combiner, ['a'], returned, work)
-    first.start()
-    assert work.entered.wait(10)
+    work, combiner, returned, first = _busy(['a'])
     combiner.run(['b'], wait=False)        # returns while 'a' is worked
     assert 'b' not in work.done
     work.release.set()
