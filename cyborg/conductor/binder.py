@@ -4,11 +4,15 @@ bind(): claim a handle, let the device's agent prepare it, record Bound or
 BindFailed (with the reason). Outcomes are marked `event_pending` in the
 same transaction, and a notifier thread delivers every pending event to
 Nova, so an event survives Nova being down and the conductor restarting.
-Binds that arrive together run as one batch (cyborg.common.combining): two
-transactions and one Nova POST serve all of them.
+Binds that arrive together share their transactions and Nova POST
+(cyborg.common.combining): one claims all their handles, then each is
+prepared on its own, and the outcomes that end meanwhile are recorded and
+sent together.
 """
 
+import collections
 from concurrent import futures
+import threading
 import time
 
 from oslo_log import log
@@ -33,6 +37,13 @@ def _reason(exc):
     return str(exc)
 
 
+# One ARQ's bind, ended: reason None (Bound) or why it failed; info is
+# what the driver's prepare() learnt.
+_Outcome = collections.namedtuple('_Outcome',
+                                  'uuid context claim reason info',
+                                  defaults=(None,))
+
+
 class Binder:
 
     def __init__(self, agent_api, notifier=None, sweep_interval=30.0,
@@ -43,112 +54,126 @@ class Binder:
         self.sweep_interval = sweep_interval
         self._next_recover = 0.0
         self._loop = loop.Loop('nova-notifier', self._sweep, sweep_interval)
-        self._binds = combining.Combiner(self._bind_batch,
-                                         after=self._loop.wake)
+        self._claims = combining.Combiner(self._claim_batch)
+        self._outcomes = combining.Combiner(self._record_batch,
+                                            after=self._loop.wake)
+        # As many prepares at once as the RPC server had threads: a bind
+        # waiting on an agent that is gone must not queue the others.
         self._preparers = futures.ThreadPoolExecutor(
-            max_workers=8, thread_name_prefix='bind-prepare')
+            max_workers=64, thread_name_prefix='bind-prepare')
+        self._lock = threading.Lock()
+        self._preparing = {}      # ARQ uuid: future of its prepare
 
     # Binding ---------------------------------------------------------------
 
     def bind(self, context, arq_uuids, wait=True):
-        """Bind the ARQs, in a batch with whatever else arrived meanwhile;
-        the notifier, woken after each batch, sends the outcomes. Returns
-        once they are bound or failed, or with wait=False (the RPC cast)
-        at once when another thread is binding already: it takes these
-        too, and the RPC thread is free for other messages."""
-        self._binds.run(((context, uuid) for uuid in arq_uuids), wait=wait)
+        """Bind the ARQs: their handles are claimed in a batch with
+        whatever else arrived meanwhile, each is prepared on its own (a
+        slow or unreachable agent holds back only its ARQs), and outcomes
+        are recorded in batches too; the notifier, woken after each, sends
+        them. Returns once every outcome is recorded, or with wait=False
+        (the RPC cast) as soon as the ARQs are in someone's hands."""
+        arq_uuids = list(arq_uuids)
+        self._claims.run(((context, uuid) for uuid in arq_uuids), wait=wait)
+        if wait:
+            with self._lock:
+                preparing = [self._preparing[u] for u in arq_uuids
+                             if u in self._preparing]
+            futures.wait(preparing)
 
-    def _bind_batch(self, items):
+    def _claim_batch(self, items):
         contexts = dict((uuid, context) for context, uuid in items)
         try:
             claims = bindings.claim_handles(list(contexts))
         except Exception as e:
             if len(contexts) > 1 and not bindings.transient(e):
                 # Something about one ARQ breaks the batch's transaction:
-                # bind each alone, so only that one is left behind.
+                # claim each alone, so only that one is left behind.
                 for uuid, context in contexts.items():
-                    self._bind_batch([(context, uuid)])
+                    self._claim_batch([(context, uuid)])
                 return
             # The DB stayed unusable through the retries: the ARQs are
             # still BindStarted, and the sweep re-drives them later.
             LOG.exception('Binding %d ARQ(s) failed; will retry',
                           len(contexts))
             return
-        claimed = {u: c for u, c in claims.items() if isinstance(c, dict)}
-        prepared = self._prepare(contexts, claimed)
-        reasons, infos = {}, {}
+        refused = []
         for uuid, claim in claims.items():
             if isinstance(claim, bindings.Gone):
                 LOG.info('ARQ %s is no longer being bound, or another '
                          'binder claimed it first; skipping', uuid)
             elif isinstance(claim, bindings.BindError):
-                reasons[uuid] = str(claim)
-            elif isinstance(prepared[uuid], Exception):
-                reason = _reason(prepared[uuid])
-                LOG.warning('Preparing device for ARQ %s failed: %s', uuid,
-                            reason)
-                reasons[uuid] = 'Preparing the device failed: %s' % reason
+                refused.append(_Outcome(uuid, contexts[uuid], None,
+                                        str(claim)))
             else:
-                reasons[uuid] = None
-                if prepared[uuid]:
-                    infos[uuid] = (claim['handle']['uuid'], prepared[uuid])
-        if not reasons:
-            return
+                with self._lock:
+                    future = self._preparers.submit(
+                        self._prepare, contexts[uuid], uuid, claim)
+                    self._preparing[uuid] = future
+                future.add_done_callback(
+                    lambda done, uuid=uuid: self._prepared(uuid, done))
+        if refused:
+            self._outcomes.run(refused)
+
+    def _prepare(self, context, uuid, claim):
+        """The driver's prepare() on the device's agent, then the outcome
+        recorded (in a batch with others that ended meanwhile)."""
+        try:
+            info = self.agent_api.prepare(
+                context, claim['device']['hostname'],
+                claim['deployable']['name'],
+                claim['deployable']['driver_name'], claim['handle'])
+            outcome = _Outcome(uuid, context, claim, None, info)
+        except Exception as e:
+            reason = _reason(e)
+            LOG.warning('Preparing device for ARQ %s failed: %s', uuid,
+                        reason)
+            outcome = _Outcome(uuid, context, claim,
+                               'Preparing the device failed: %s' % reason)
+        self._outcomes.run([outcome])
+
+    def _prepared(self, uuid, future):
+        with self._lock:
+            if self._preparing.get(uuid) is future:
+                del self._preparing[uuid]
+
+    def _record_batch(self, outcomes):
+        reasons = {o.uuid: o.reason for o in outcomes}
+        infos = {o.uuid: (o.claim['handle']['uuid'], o.info)
+                 for o in outcomes if o.reason is None and o.info}
         try:
             released, gone = bindings.finish_many(reasons, infos)
         except Exception:
             LOG.exception('Recording the outcome of %d ARQ(s) failed; will '
                           'retry', len(reasons))
             return
-        self._log_outcomes(reasons, claimed, gone)
-        self._resync(contexts, claimed, reasons, gone)
-        if released:
-            self._release(next(iter(contexts.values())), released)
-
-    def _prepare(self, contexts, claimed):
-        """Each claimed handle's driver prepare() on its agent: {uuid:
-        attach info updates or None | the exception}. Several run at once
-        (creating a MIG instance takes a while)."""
-        def one(uuid):
-            claim = claimed[uuid]
-            try:
-                return self.agent_api.prepare(
-                    contexts[uuid], claim['device']['hostname'],
-                    claim['deployable']['name'],
-                    claim['deployable']['driver_name'], claim['handle'])
-            except Exception as e:
-                return e
-        if len(claimed) == 1:
-            return {uuid: one(uuid) for uuid in claimed}
-        return dict(zip(claimed, self._preparers.map(one, claimed)))
-
-    @staticmethod
-    def _log_outcomes(reasons, claimed, gone):
-        for uuid, reason in reasons.items():
-            if uuid in gone:
-                LOG.info('ARQ %s was unbound while it was being bound', uuid)
-            elif reason is not None:
-                LOG.warning('ARQ %s failed to bind: %s', uuid, reason)
+        for o in outcomes:
+            if o.uuid in gone:
+                LOG.info('ARQ %s was unbound while it was being bound',
+                         o.uuid)
+            elif o.reason is not None:
+                LOG.warning('ARQ %s failed to bind: %s', o.uuid, o.reason)
             else:
-                LOG.info('ARQ %s bound to handle %s of %s', uuid,
-                         claimed[uuid]['handle']['uuid'],
-                         claimed[uuid]['deployable']['name'])
+                LOG.info('ARQ %s bound to handle %s of %s', o.uuid,
+                         o.claim['handle']['uuid'],
+                         o.claim['deployable']['name'])
+        self._resync([o for o in outcomes
+                      if o.reason is None and o.uuid not in gone])
+        if released:
+            self._release(outcomes[0].context, released)
 
-    def _resync(self, contexts, claimed, reasons, gone):
+    def _resync(self, bound):
         """Devices are claimed now: the agents of drivers that follow
         bindings re-settle their lifecycle (Managed, Passthrough) on a pass
         of their own. Other drivers' devices show Managed from their next
         periodic pass."""
         hosts = {}
-        for uuid, reason in reasons.items():
-            if reason is not None or uuid in gone:
-                continue
-            claim = claimed[uuid]
-            if drivers.follows_bindings(claim['deployable']['driver_name']):
-                hosts.setdefault(claim['device']['hostname'], uuid)
-        for host, uuid in hosts.items():
+        for o in bound:
+            if drivers.follows_bindings(o.claim['deployable']['driver_name']):
+                hosts.setdefault(o.claim['device']['hostname'], o.context)
+        for host, context in hosts.items():
             try:
-                self.agent_api.resync(contexts[uuid], host)
+                self.agent_api.resync(context, host)
             except Exception as e:
                 LOG.debug('Could not wake the agent of %s: %s', host, e)
 
@@ -160,7 +185,7 @@ class Binder:
                 LOG.warning('Could not ask %s to release handle %s: %s',
                             handle['hostname'], handle['uuid'], e)
 
-    def recover(self, older_than=None):
+    def recover(self, older_than=None, wait=True):
         """Re-drive ARQs left in BindStarted: all of them at start (a
         previous conductor died), then periodically those stuck longer than
         any bind takes (a lost message, a DB outage)."""
@@ -169,7 +194,8 @@ class Binder:
         for instance, uuids in stuck.items():
             LOG.info('Re-driving %d ARQ(s) of instance %s left in '
                      'BindStarted', len(uuids), instance)
-        self.bind(context, [u for uuids in stuck.values() for u in uuids])
+        self.bind(context, [u for uuids in stuck.values() for u in uuids],
+                  wait=wait)
         return sum(len(u) for u in stuck.values())
 
     # Notifying Nova --------------------------------------------------------
@@ -190,7 +216,8 @@ class Binder:
         now = time.monotonic()
         if now >= self._next_recover:
             self._next_recover = now + self.sweep_interval
-            self.recover(older_than=self.stale_after)
+            # Not waiting for the prepares: events keep flowing meanwhile.
+            self.recover(older_than=self.stale_after, wait=False)
         self.notify_pending()
 
     def notify_pending(self):

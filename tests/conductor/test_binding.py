@@ -38,8 +38,11 @@ class RecordingDriver(fake.FakeDriver):
         super().__init__(fake.default_host_spec())
         self.prepared, self.released = [], []
         self.fail_with = None
+        self.hold = {}        # deployable name: Event prepare() waits for
 
     def prepare(self, deployable_name, handle):
+        if deployable_name in self.hold:
+            self.hold[deployable_name].wait(30)
         if self.fail_with:
             raise RuntimeError(self.fail_with)
         self.prepared.append(handle['uuid'])
@@ -429,8 +432,8 @@ def test_lost_bind_message_is_re_driven_by_the_sweep(stack, monkeypatch):
 
 
 def test_binds_arriving_together_are_one_batch(stack, monkeypatch):
-    """ARQs handed to the binder at once share one claim transaction, one
-    outcome transaction and one Nova POST; each keeps its own outcome."""
+    """ARQs handed to the binder at once share one claim transaction and
+    one Nova POST; each keeps its own outcome."""
     from cyborg.db import bindings
     stack.profile('gpu', [{'resources:PGPU': '1'}])
     stack.stop_conductor()
@@ -455,7 +458,9 @@ def test_binds_arriving_together_are_one_batch(stack, monkeypatch):
         assert binder.notify_pending() == 3
     finally:
         binder.stop()
-    assert calls == ['claim_handles', 'finish_many']
+    # One claim for all three; the two refused at claim are recorded at
+    # once, the prepared one when its prepare ends.
+    assert calls == ['claim_handles', 'finish_many', 'finish_many']
     state = {name: stack.arqs(instances[name])[0] for name in cases}
     assert state['bound']['state'] == 'Bound'
     assert state['no-handle']['state'] == 'BindFailed'
@@ -530,3 +535,39 @@ def test_an_arq_that_breaks_its_batch_does_not_hold_back_the_others(
         binder.stop()
     states = [stack.arqs(i)[0]['state'] for i in instances]
     assert states == ['Bound', 'BindStarted', 'Bound']
+
+
+def test_a_slow_prepare_holds_back_only_its_own_arq(stack):
+    """Two ARQs claimed in one batch, one on a device whose prepare hangs
+    (an agent gone quiet, a slow MIG create): the other is Bound and its
+    event sent meanwhile."""
+    stack.profile('gpu', [{'resources:PGPU': '1'}])
+    stack.stop_conductor()
+    slow, fast = '0000:1b:00.0', '0000:43:00.0'
+    arqs, instances = {}, {}
+    for name in (slow, fast):
+        [arqs[name]] = stack.create_arqs('gpu')
+        instances[name] = str(uuid.uuid4())
+        stack.bind([arqs[name]], instances[name], [stack.rp(name)])
+    stack.driver.hold[slow] = threading.Event()
+    binder = conductor_binder.Binder(
+        agent_rpcapi.AgentAPI(), nova.NovaNotifier(give_up_after=30))
+    binder.start()
+    binding = threading.Thread(target=binder.bind, args=(
+        cyborg_context.get_admin_context(),
+        [arqs[slow]['uuid'], arqs[fast]['uuid']]))
+    binding.start()
+    try:
+        assert stack.wait_resolved(instances[fast])[0]['state'] == 'Bound'
+        assert stack.wait_events(1) == [{
+            'name': 'accelerator-request-bound',
+            'server_uuid': instances[fast], 'tag': arqs[fast]['uuid'],
+            'status': 'completed'}]
+        assert stack.arqs(instances[slow])[0]['state'] == 'BindStarted'
+        assert binding.is_alive()       # bind() waits for both outcomes
+    finally:
+        stack.driver.hold[slow].set()
+        binding.join(30)
+        binder.stop()
+    assert not binding.is_alive()
+    assert stack.arqs(instances[slow])[0]['state'] == 'Bound'
