@@ -82,7 +82,13 @@ class Binder:
             futures.wait(preparing)
 
     def _claim_batch(self, items):
-        contexts = dict((uuid, context) for context, uuid in items)
+        with self._lock:
+            # One this conductor is preparing already (the sweep found it
+            # slow) is left to that prepare.
+            contexts = {uuid: context for context, uuid in items
+                        if uuid not in self._preparing}
+        if not contexts:
+            return
         try:
             claims = bindings.claim_handles(list(contexts))
         except Exception as e:
