@@ -140,10 +140,13 @@ def test_report_lands_in_db_and_placement(deployment):
     fpga_rp = next(rp for rp in rps if rp['name'].endswith('0000:0c:00.0'))
 
     def reserved():
-        return requests.get(
+        # The agent creates a provider, then sets its inventory: a look
+        # in between finds none yet.
+        inventories = requests.get(
             '%s/resource_providers/%s/inventories' % (
                 deployment['placement'], fpga_rp['uuid']),
-            headers=headers).json()['inventories']['FPGA']['reserved']
+            headers=headers).json()['inventories']
+        return inventories.get('FPGA', {}).get('reserved')
 
     r = requests.post('%s/devices/%s/disable' % (api, fpga['uuid']))
     assert r.status_code == 200
