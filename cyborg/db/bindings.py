@@ -3,9 +3,10 @@ the outcome, and remember which outcomes Nova has not heard of yet.
 
 Every step is a conditional statement, so two conductors (or a conductor
 re-driving after a crash) can never hand one handle to two ARQs nor move an
-ARQ that someone else already moved. The conductor binds in batches (one
+ARQ that someone else already moved. The conductor works in batches: one
 transaction claims the handles of every ARQ that arrived meanwhile, one
-records their outcomes); each ARQ's outcome in a batch is its own.
+records the outcomes of every prepare that ended meanwhile; each ARQ's
+outcome in a batch is its own.
 """
 
 import datetime
@@ -116,10 +117,12 @@ def _claim(session, row):
     # Only if no other binder of this ARQ (a re-drive racing the queued
     # message) claimed a handle since we read it: else we give back the
     # handle we took and leave the ARQ to it.
-    updated = session.execute(
-        _RECLAIM if held is not None else _CLAIM,
-        {'arq_uuid': arq_uuid, 'held': held, 'handle_id': handle_id,
-         'deployable_id': dep['id']})
+    params = {'arq_uuid': arq_uuid, 'handle_id': handle_id,
+              'deployable_id': dep['id']}
+    if held is not None:
+        params['held'] = held
+    updated = session.execute(_RECLAIM if held is not None else _CLAIM,
+                              params)
     if updated.rowcount != 1:
         if held is None:
             session.execute(_SET_IN_USE, {'handle_id': handle_id,
