@@ -206,7 +206,7 @@ def serve_placement(state_dir, connection, port):
     sys.path.insert(0, REPO)
     from cyborg.common import service
     from cyborg.embedded import placement
-    from cyborg.embedded import wsgi_server
+    from cyborg.common import wsgi_server
 
     conf = placement.build_conf(state_dir)
     conf.set_override('connection', connection, group='placement_database')

@@ -753,7 +753,7 @@ def finish_level(level):
 def serve_floor_child():
     """`bind_bench.py --serve-floor`: cyborg.wsgi.floor on cheroot with
     cyborg-aio's thread count; prints the port."""
-    from cyborg.embedded import wsgi_server
+    from cyborg.common import wsgi_server
     from cyborg.wsgi import floor
     server = wsgi_server.ThreadedServer('floor', floor.application)
     server.start()

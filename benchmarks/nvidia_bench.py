@@ -608,8 +608,8 @@ def main(argv=None):
     workdir = tempfile.mkdtemp(prefix='cyborg-nvidia-bench-')
     log_path = os.path.join(workdir, 'service.log')
     warnings.filterwarnings('ignore', message='(?s).*Eventlet is deprecated')
-    from cyborg.cmd import common
-    common.parse_args(['--log-file', log_path], config_files=[])
+    from cyborg.common import config
+    config.parse_args(['--log-file', log_path], config_files=[])
     # oslo.log sends uncaught exceptions to the log file: keep them here.
     sys.excepthook = sys.__excepthook__
     svc = None

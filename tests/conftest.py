@@ -66,7 +66,7 @@ class _Placement:
 
     def __init__(self, state_dir):
         from cyborg.embedded import placement
-        from cyborg.embedded import wsgi_server
+        from cyborg.common import wsgi_server
         self.server = wsgi_server.ThreadedServer(
             'placement', placement.load_app(placement.build_conf(state_dir)))
         self.server.start()

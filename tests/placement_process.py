@@ -8,8 +8,8 @@ import argparse
 import sys
 
 from cyborg.common import service
+from cyborg.common import wsgi_server
 from cyborg.embedded import placement
-from cyborg.embedded import wsgi_server
 
 
 def main():

@@ -38,7 +38,7 @@ from oslo_log import log
 import prometheus_client
 from prometheus_client import core
 
-from cyborg.embedded import wsgi_server
+from cyborg.common import wsgi_server
 
 LOG = log.getLogger(__name__)
 

@@ -12,7 +12,9 @@ import os
 from paste import deploy
 
 from cyborg.api import app as api_app
+from cyborg.common import config
 from cyborg.conf import CONF
+from cyborg.db import api as db_api
 
 SECTION = 'cyborg-api'
 # 'auth' follows [api] auth_strategy; a file names the one it wants.
@@ -54,3 +56,11 @@ def load(conf=CONF):
     if not os.path.exists(path):
         raise RuntimeError('[api] api_paste_config: no file %s' % path)
     return deploy.loadapp('config:' + path, name=SECTION)
+
+
+def build_api(config_files=None):
+    """Parse config, point the DB layer at [database] and build the app
+    (from [api] api_paste_config when set)."""
+    config.parse_args([], config_files)
+    db_api.configure()
+    return load(CONF)

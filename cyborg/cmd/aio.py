@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 
-from cyborg.cmd import common
+from cyborg.common import config
 from cyborg.common import service
 from cyborg.conf import CONF
 from cyborg.embedded import stack as embedded
@@ -105,7 +105,7 @@ def main(argv=None):
     for path in args.config_file:
         oslo_args += ['--config-file', path]
     # Only the files named: an all-in-one never reads /etc/cyborg.
-    common.parse_args(oslo_args, config_files=[], log_to_stderr=True)
+    config.parse_args(oslo_args, config_files=[], log_to_stderr=True)
 
     stack = embedded.EmbeddedStack(args.state_dir, port=args.port,
                                    placement_port=args.placement_port,

@@ -13,7 +13,7 @@ import sys
 
 from gunicorn.app import base as gunicorn_base
 
-from cyborg.cmd import common
+from cyborg.common import config
 from cyborg.common import service
 from cyborg.conf import CONF
 
@@ -66,7 +66,7 @@ class Server(gunicorn_base.BaseApplication):
 
 
 def main(argv=None):
-    common.parse_args(sys.argv[1:] if argv is None else argv)
+    config.parse_args(sys.argv[1:] if argv is None else argv)
     Server(CONF).run()
 
 

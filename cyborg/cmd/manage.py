@@ -15,7 +15,7 @@ import sys
 
 from oslo_config import cfg
 
-from cyborg.cmd import common
+from cyborg.common import config
 from cyborg.conf import CONF
 
 
@@ -104,7 +104,7 @@ def _globals_first(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     CONF.register_cli_opt(command_opt)
-    common.parse_args(_globals_first(argv), log_to_stderr=True)
+    config.parse_args(_globals_first(argv), log_to_stderr=True)
     from cyborg.db import api as db_api
     db_api.configure()
     try:

@@ -8,7 +8,7 @@ import sys
 from oslo_upgradecheck import common_checks
 from oslo_upgradecheck import upgradecheck
 
-from cyborg.cmd import common  # noqa: F401 - quiets eventlet's warning
+from cyborg.common import config  # noqa: F401 - quiets eventlet
 from cyborg.conf import CONF
 
 STUCK_AFTER = 300  # seconds: Nova's default arq_binding_timeout

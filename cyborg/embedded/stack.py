@@ -16,10 +16,10 @@ from oslo_log import log
 import yaml
 
 from cyborg.common import ksa
+from cyborg.common import wsgi_server
 from cyborg.conf import CONF
 from cyborg.embedded import compute_node
 from cyborg.embedded import placement
-from cyborg.embedded import wsgi_server
 from cyborg.placement import client as placement_client
 
 LOG = log.getLogger(__name__)
@@ -152,13 +152,13 @@ class EmbeddedStack:
         """The conductor and this host's agent (fake driver by default),
         with one report done before the API opens: devices are visible
         as soon as the ready line is printed."""
-        from cyborg.cmd import agent as agent_cmd
-        from cyborg.cmd import conductor as conductor_cmd
+        from cyborg.agent import service as agent_service
+        from cyborg.conductor import service as conductor_service
 
-        conductor = conductor_cmd.ConductorService()
+        conductor = conductor_service.ConductorService()
         conductor.start()
         self._services.append(conductor)
-        agent = agent_cmd.AgentService()
+        agent = agent_service.AgentService()
         self.agent = agent.agent
         self._services.append(agent)
         agent.start(first_report=True)

@@ -6,9 +6,9 @@ named by CYBORG_CONFIG_FILE; the middleware pipeline comes from
 import gc
 import os
 
-from cyborg.cmd import common
+from cyborg.api import pipeline
 
-application = common.build_api(
+application = pipeline.build_api(
     [os.environ['CYBORG_CONFIG_FILE']]
     if os.environ.get('CYBORG_CONFIG_FILE') else None)
 

@@ -14,16 +14,16 @@ import webob
 from cyborg.agent import manager as agent_manager
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.api import app as api_app
+from cyborg.common import nova
+from cyborg.common import wsgi_server
 from cyborg.conductor import binder as conductor_binder
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import rpcapi as conductor_rpcapi
-from cyborg.common import nova
 from cyborg.conf import CONF
 from cyborg import context as cyborg_context
 from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.drivers import fake
-from cyborg.embedded import wsgi_server
 from cyborg.placement import client as placement
 from cyborg import rpc
 

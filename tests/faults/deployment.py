@@ -15,7 +15,7 @@ import requests
 import sqlalchemy as sa
 import yaml
 
-from cyborg.embedded import wsgi_server
+from cyborg.common import wsgi_server
 from tests import processes
 from tests.reliability import stack as race_stack
 

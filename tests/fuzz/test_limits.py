@@ -16,8 +16,8 @@ import webob
 
 from cyborg.api import app as api_app
 from cyborg.cmd import api as cmd_api
+from cyborg.common import wsgi_server
 from cyborg.conf import CONF
-from cyborg.embedded import wsgi_server
 
 LIMIT = 1024 * 1024
 

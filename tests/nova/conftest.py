@@ -94,7 +94,7 @@ def stub(conf):
 def cyborg_api(sqlite_database, conf):
     from cyborg.api import app as api_app
     from cyborg.conf import CONF
-    from cyborg.embedded import wsgi_server
+    from cyborg.common import wsgi_server
 
     server = wsgi_server.ThreadedServer('cyborg-api',
                                         api_app.setup_app(CONF))

@@ -10,9 +10,9 @@ import time
 import requests
 
 from cyborg.api import app as api_app
+from cyborg.common import wsgi_server
 from cyborg.conf import CONF
 from cyborg.drivers import fake
-from cyborg.embedded import wsgi_server
 from tests.conductor import test_binding
 
 NOVA_HEADERS = {'X-Roles': 'member', 'X-Service-Roles': 'service',

@@ -15,7 +15,7 @@ recorded, so tests can check what was asked.
 
 import json
 
-from cyborg.embedded import wsgi_server
+from cyborg.common import wsgi_server
 from tests.functional import seed
 
 DOMAIN = {'id': 'default', 'name': 'Default'}

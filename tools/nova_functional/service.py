@@ -57,14 +57,14 @@ class Service:
 
     def start(self):
         from cyborg.api import app as api_app
-        from cyborg.cmd import common
-        from cyborg.cmd import conductor as conductor_cmd
+        from cyborg.common import config
+        from cyborg.common import wsgi_server
+        from cyborg.conductor import service as conductor_service
         from cyborg.conf import CONF
         from cyborg.db import api as db_api
         from cyborg.db import migration
-        from cyborg.embedded import wsgi_server
 
-        common.parse_args([], config_files=[], log_to_stderr=True)
+        config.parse_args([], config_files=[], log_to_stderr=True)
         CONF.set_override('state_path', self.state_dir)
         CONF.set_override('auth_strategy', 'noauth', group='api')
         CONF.set_override('metrics_enabled', False, group='api')
@@ -77,7 +77,7 @@ class Service:
             CONF.set_override('endpoint_override', url, group=group)
         db_api.configure()
         migration.upgrade()
-        self.conductor = conductor_cmd.ConductorService()
+        self.conductor = conductor_service.ConductorService()
         self.conductor.start()
         self.api = wsgi_server.ThreadedServer(
             'cyborg-api', api_app.setup_app(CONF), '127.0.0.1', 0)

@@ -1,4 +1,4 @@
-"""Process start-up shared by the console scripts."""
+"""Configuration and logging set-up shared by every process's start-up."""
 
 import warnings
 
@@ -9,7 +9,6 @@ warnings.filterwarnings('ignore', message='(?s).*Eventlet is deprecated')
 from oslo_log import log  # noqa: E402
 
 from cyborg.conf import CONF  # noqa: E402
-from cyborg.db import api as db_api  # noqa: E402
 
 # Chatty libraries, quieter by default ([DEFAULT] default_log_levels).
 _QUIET = ['alembic.runtime.plugins=WARN', 'routes=INFO', 'cheroot=WARN',
@@ -38,12 +37,3 @@ def parse_args(argv=None, config_files=None, log_to_stderr=False):
     if not _LOGGING_SET_UP:
         log.setup(CONF, 'cyborg')
         _LOGGING_SET_UP = True
-
-
-def build_api(config_files=None):
-    """Parse config, point the DB layer at [database] and build the app
-    (from [api] api_paste_config when set)."""
-    from cyborg.api import pipeline
-    parse_args([], config_files)
-    db_api.configure()
-    return pipeline.load(CONF)
