@@ -51,7 +51,8 @@ def _holding(obs, claimed):
 def classify(device, facts, now, orphan_after=ORPHAN_AFTER):
     """Set device.phase, .management_state and .conditions in place.
 
-    Returns the new `unowned_since` (a timer start, or None)."""
+    Returns the new `unowned_since` (a timer start, or None).
+    """
     obs = device.observations or {}
     phase = device.phase or 'Ready'
     conditions = list(obs.get('conditions', []))

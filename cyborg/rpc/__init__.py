@@ -1,6 +1,7 @@
 """oslo.messaging plumbing: one transport per process, threading executor.
 
-`fake://` (in-process) in the embedded stack, `rabbit://` when distributed.
+`inproc://` (cyborg.rpc.inproc, in-process) in the embedded stack,
+`rabbit://` when distributed.
 """
 
 import threading
@@ -76,7 +77,8 @@ def best_effort_cast(client, context, method, **kwargs):
     """Cast through a prepared client with bounded retries; a message the
     broker cannot take is logged and dropped (returns False), for casts
     whose work something else re-drives (the conductor's sweep, the
-    agent's next report)."""
+    agent's next report).
+    """
     try:
         client.prepare(retry=CAST_RETRIES).cast(context, method, **kwargs)
     except Exception as e:

@@ -40,7 +40,8 @@ def _caller(combiner, items, returned, work):
 
 def _busy(items, after=False):
     """A combiner whose first caller, on a thread, is inside work() with
-    `items` until work.release is set."""
+    `items` until work.release is set.
+    """
     work = Work(hold_first=True)
     combiner = combining.Combiner(work, after=work.after if after else None)
     returned = []

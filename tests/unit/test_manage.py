@@ -73,6 +73,7 @@ def test_command_line(tmp_path):
 def test_arq_list_stuck(sqlite_database):
     """Only ARQs in BindStarted for longer than asked are listed."""
     import datetime
+
     from cyborg.db import models
     from tests.db import seed
     arqs = models.ExtendedAcceleratorRequest.__table__

@@ -16,7 +16,8 @@ from tests import dbs
 @pytest.fixture(scope='module', params=dbs.BACKENDS)
 def empty_database(request):
     """A brand-new database per backend, upgraded from empty by
-    cyborg.db.migration (not the shared per-run one the DB tests use)."""
+    cyborg.db.migration (not the shared per-run one the DB tests use).
+    """
     try:
         db = dbs.TestDatabase(request.param)
     except dbs.Unavailable as e:
@@ -106,7 +107,8 @@ def test_filtered_columns_are_indexed(empty_database, table, columns):
 
 def test_every_foreign_key_is_indexed(empty_database):
     """PostgreSQL does not index FK columns by itself; a RESTRICT check on
-    delete would scan the child table."""
+    delete would scan the child table.
+    """
     inspector = sa.inspect(empty_database)
     for table in models.Base.metadata.tables:
         leading = _leading_columns(inspector, table)

@@ -227,7 +227,8 @@ def _call(app, method, path, body=None, version=LATEST, query=None):
 
 def _path_for(method, path, operation):
     """A concrete path; a PATCH of one ARQ must patch the ARQ its body
-    names."""
+    names.
+    """
     example = _example_body(operation)
     if path == '/v2/accelerator_requests/{uuid}' and method == 'PATCH':
         return path.replace('{uuid}', next(iter(example)))
@@ -316,7 +317,8 @@ def test_request_bodies_are_the_schemas_the_handler_validates(
         api, monkeypatch, method, path, operation):
     """The example is valid input, and the body schema is the one the
     handler checks the body with; every other schema it checks with is
-    named in the request body."""
+    named in the request body.
+    """
     recorder = _Recorder(monkeypatch)
     response = _call(api, method, _path_for(method, path, operation),
                      _example_body(operation))
