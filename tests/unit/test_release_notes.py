@@ -19,6 +19,8 @@ SECTIONS = ('features', 'issues', 'upgrade', 'deprecations', 'critical',
 PRELUDE = 'prelude'
 # What `reno new <slug>` writes: the slug, a dash, 16 hex digits (the uid).
 NAME = re.compile(r'^[a-z0-9][a-z0-9-]*-(?P<uid>[0-9a-f]{16})\.yaml$')
+# Sentences of the template `reno new` writes, left in by mistake.
+TEMPLATE = ('Replace this text with content', 'or remove this section')
 
 
 def _notes():
@@ -54,6 +56,7 @@ def test_note_is_valid(path):
     if PRELUDE in note:
         assert isinstance(note[PRELUDE], str) and note[PRELUDE].strip(), (
             '%s: the prelude is one non-empty string' % path.name)
+        _no_template_text(path, PRELUDE, note[PRELUDE])
     for section in set(note) & set(SECTIONS):
         items = note[section]
         assert isinstance(items, list) and items, (
@@ -61,3 +64,10 @@ def test_note_is_valid(path):
         for item in items:
             assert isinstance(item, str) and item.strip(), (
                 '%s: every %s item is non-empty text' % (path.name, section))
+            _no_template_text(path, section, item)
+
+
+def _no_template_text(path, section, text):
+    left = [t for t in TEMPLATE if t in text]
+    assert left == [], '%s: %s still holds the template text of `reno new`' % (
+        path.name, section)
