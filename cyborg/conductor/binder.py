@@ -90,7 +90,8 @@ class Binder:
         if not contexts:
             return
         try:
-            claims = bindings.claim_handles(list(contexts))
+            claims = bindings.claim_handles(list(contexts),
+                                            drivers.handle_picker)
         except Exception as e:
             if len(contexts) > 1 and not bindings.transient(e):
                 # Something about one ARQ breaks the batch's transaction:

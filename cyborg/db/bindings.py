@@ -19,7 +19,6 @@ import sqlalchemy as sa
 from cyborg.db import api
 from cyborg.db import arqs
 from cyborg.db import models
-from cyborg import drivers
 
 ARQ = models.ExtendedAcceleratorRequest.__table__
 AH = models.AttachHandle.__table__
@@ -66,10 +65,15 @@ _CLAIM_ROWS = (
 
 
 @_retry
-def claim_handles(arq_uuids):
+def claim_handles(arq_uuids, picker):
     """Give each BindStarted ARQ a free attach handle of the deployable
     behind its device_rp_uuid (or the one it already holds, when
     re-driven), all in one transaction.
+
+    picker(driver_name) gives the driver's choice among free handles,
+    pick(deployable, request_group, handles) → the suitable handles in
+    the order to try them (the binder passes cyborg.drivers.handle_picker;
+    this layer knows no drivers).
 
     Returns {uuid: {arq, deployable, device, handle} | BindError | Gone}.
     Deployables are visited in id order, so two conductors claiming at
@@ -84,21 +88,21 @@ def claim_handles(arq_uuids):
         for row in rows:
             uuid = row._mapping[ARQ.c.uuid]
             try:
-                outcomes[uuid] = _claim(session, row)
+                outcomes[uuid] = _claim(session, row, picker)
             except (BindError, Gone) as e:
                 outcomes[uuid] = e
     return outcomes
 
 
-def claim_handle(arq_uuid):
+def claim_handle(arq_uuid, picker):
     """claim_handles() of one ARQ: its claim, or raises BindError/Gone."""
-    outcome = claim_handles([arq_uuid])[arq_uuid]
+    outcome = claim_handles([arq_uuid], picker)[arq_uuid]
     if isinstance(outcome, Exception):
         raise outcome
     return outcome
 
 
-def _claim(session, row):
+def _claim(session, row, picker):
     arq_uuid = row._mapping[ARQ.c.uuid]
     if row._mapping[ARQ.c.state] != 'BindStarted':
         raise Gone(arq_uuid)
@@ -113,7 +117,8 @@ def _claim(session, row):
     group = _request_group(row._mapping[DP.c.profile_json],
                            arq['device_profile_group_id'])
     held = arq['attach_handle_id']
-    handle_id = held or _take_free_handle(session, dep, group)
+    handle_id = held or _take_free_handle(
+        session, dep, group, picker(dep['driver_name']))
     # Only if no other binder of this ARQ (a re-drive racing the queued
     # message) claimed a handle since we read it: else we give back the
     # handle we took and leave the ARQ to it.
@@ -157,7 +162,7 @@ def _request_group(profile_json, index):
     return groups[index] if index < len(groups) else {}
 
 
-def _take_free_handle(session, dep, group, attempts=5):
+def _take_free_handle(session, dep, group, pick, attempts=5):
     """Flip one free handle that suits the request to in_use; a concurrent
     taker makes the conditional UPDATE match nothing and we try the next
     one.
@@ -167,7 +172,6 @@ def _take_free_handle(session, dep, group, attempts=5):
     snapshot, so a handle a concurrent binder took meanwhile would look
     free on every attempt and the bind would fail with handles to spare.
     """
-    pick = drivers.handle_picker(dep['driver_name'])
     free = []
     for _ in range(attempts):
         free = session.execute(_FREE_HANDLES,

@@ -23,6 +23,7 @@ from cyborg.conf import CONF
 from cyborg import context as cyborg_context
 from cyborg.db import api as db_api
 from cyborg.db import models
+from cyborg import drivers
 from cyborg.drivers import fake
 from cyborg.placement import client as placement
 from cyborg import rpc
@@ -403,7 +404,8 @@ def test_conductor_dies_after_claiming_a_handle(stack):
     [arq] = stack.create_arqs('fpga')
     instance = str(uuid.uuid4())
     stack.bind([arq], instance, [stack.rp('0000:0c:00.0')])
-    claimed = bindings.claim_handle(arq['uuid'])['handle']   # then "dies"
+    claimed = bindings.claim_handle(
+        arq['uuid'], drivers.handle_picker)['handle']   # then "dies"
     assert stack.arqs(instance)[0]['state'] == 'BindStarted'
     stack.start_conductor()
     stack.binder.recover()
@@ -492,11 +494,12 @@ def test_a_claim_that_lost_its_arq_gives_the_handle_back(stack):
     with db_api.reader() as session:
         stale = session.execute(bindings._CLAIM_ROWS,
                                 {'uuids': [arq['uuid']]}).one()
-    other = bindings.claim_handle(arq['uuid'])['handle']   # the other binder
+    other = bindings.claim_handle(
+        arq['uuid'], drivers.handle_picker)['handle']   # the other binder
     handles = models.AttachHandle.__table__
     with db_api.writer() as session:
         with pytest.raises(bindings.Gone):
-            bindings._claim(session, stale)
+            bindings._claim(session, stale, drivers.handle_picker)
         in_use = session.execute(sa.select(handles.c.id).where(
             handles.c.in_use == sa.true())).scalars().all()
     assert in_use == [other['id']]
@@ -520,10 +523,10 @@ def test_an_arq_that_breaks_its_batch_does_not_hold_back_the_others(
     broken = arqs[1]['uuid']
     real = bindings.claim_handles
 
-    def claim_handles(uuids):
+    def claim_handles(uuids, picker):
         if broken in uuids:
             raise ValueError('unexpected data in ARQ %s' % broken)
-        return real(uuids)
+        return real(uuids, picker)
 
     monkeypatch.setattr(bindings, 'claim_handles', claim_handles)
     binder = conductor_binder.Binder(

@@ -14,6 +14,7 @@ from cyborg.db import api as db_api
 from cyborg.db import bindings
 from cyborg.db import host_inventory
 from cyborg.db import models
+from cyborg import drivers
 from cyborg.drivers import fake
 from tests import racing
 from tests.reliability import figures
@@ -146,7 +147,9 @@ def test_two_binders_of_one_arq_take_one_handle(stack, database,
         assert stack.bind(arq['uuid'], str(uuid.uuid4()),
                           rp).status_code == 202
         outcomes = racing.race([
-            (lambda: bindings.claim_handle(arq['uuid']))] * CLAIMERS)
+            (lambda: bindings.claim_handle(arq['uuid'],
+                                           drivers.handle_picker))]
+            * CLAIMERS)
         handles = {v['handle']['uuid'] for kind, v in outcomes
                    if kind == 'ok'}
         errors = [v for kind, v in outcomes if kind == 'error']
