@@ -34,3 +34,14 @@ class AgentAPI:
         return rpc.best_effort_cast(
             self.client.prepare(server=host, version='1.1'), context,
             'release', handles=handles)
+
+    def release_handles(self, context, handles):
+        """release() of handles on any hosts: one cast to each handle's
+        host (`hostname`, as cyborg.db.arqs.released_handles gives it).
+        Returns whether every cast was sent."""
+        by_host = {}
+        for handle in handles:
+            by_host.setdefault(handle['hostname'], []).append(handle)
+        sent = [self.release(context, host, host_handles)
+                for host, host_handles in by_host.items()]
+        return all(sent)

@@ -167,7 +167,7 @@ class Binder:
         self._resync([o for o in outcomes
                       if o.reason is None and o.uuid not in gone])
         if released:
-            self._release(outcomes[0].context, released)
+            self.release(outcomes[0].context, released)
 
     def _resync(self, bound):
         """Devices are claimed now: the agents of drivers that follow
@@ -184,13 +184,16 @@ class Binder:
             except Exception as e:
                 LOG.debug('Could not wake the agent of %s: %s', host, e)
 
-    def _release(self, context, handles):
-        for handle in handles:
-            try:
-                self.agent_api.release(context, handle['hostname'], [handle])
-            except Exception as e:
-                LOG.warning('Could not ask %s to release handle %s: %s',
-                            handle['hostname'], handle['uuid'], e)
+    def release(self, context, handles):
+        """Have each freed handle's agent undo what prepare() did: handles
+        a failed bind gave back, or an unbind or delete freed (the API
+        casts those here, release_handles). Best effort: the DB has freed
+        them already."""
+        try:
+            self.agent_api.release_handles(context, handles)
+        except Exception as e:
+            LOG.warning('Could not ask the agents to release %d handle(s): '
+                        '%s', len(handles), e)
 
     def recover(self, older_than=None, wait=True):
         """Re-drive ARQs left in BindStarted: all of them at start (a

@@ -19,13 +19,18 @@ def _raced(exc):
 
 
 class ConductorManager:
-    target = messaging.Target(version='1.2')
+    target = messaging.Target(version='1.3')
 
     def __init__(self, binder=None):
         self.binder = binder
 
     def bind_arqs(self, context, arq_uuids):
         self.binder.bind(context, arq_uuids, wait=False)
+
+    def release_handles(self, context, handles):
+        """Handles an unbind or delete freed: their agents undo what
+        prepare() did."""
+        self.binder.release(context, handles)
 
     @oslo_db_api.wrap_db_retry(max_retries=5, retry_on_deadlock=True,
                                exception_checker=_raced)

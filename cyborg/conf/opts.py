@@ -75,9 +75,19 @@ conductor_opts = [
                       'bind takes.'),
 ]
 
+upgrade_levels_opts = [
+    cfg.StrOpt('conductor',
+               help='Highest conductor RPC API version to send, while '
+                    'API servers or agents run newer code than the '
+                    'conductors (e.g. 1.2 while conductors still run a '
+                    'release that speaks 1.2). Unset: the newest. Clear '
+                    'it once every conductor is upgraded.'),
+]
+
 CONF_GROUPS = {
     'api': api_opts,
     'conductor': conductor_opts,
+    'upgrade_levels': upgrade_levels_opts,
     **agent.GROUPS,
 }
 
@@ -124,6 +134,7 @@ def list_opts():
         ('DEFAULT', default_opts),
         ('api', api_opts),
         ('conductor', conductor_opts),
+        ('upgrade_levels', upgrade_levels_opts),
         ('placement', _ks_opts('placement')),
         ('nova', _ks_opts('compute')),
     ] + [(group, opts) for group, opts in agent.GROUPS.items()]

@@ -66,11 +66,14 @@ def get_server(topic, endpoints, server=None):
         access_policy=messaging.DefaultRPCAccessPolicy)
 
 
-def get_client(topic, version, server=None, timeout=None):
+def get_client(topic, version, server=None, timeout=None, version_cap=None):
+    """An RPC client; version_cap (e.g. from [upgrade_levels]) is the
+    highest version its messages may carry, for servers not yet
+    upgraded."""
     target = messaging.Target(topic=topic, server=server, version=version)
     return messaging.get_rpc_client(get_transport(), target,
                                     serializer=ContextSerializer(),
-                                    timeout=timeout)
+                                    timeout=timeout, version_cap=version_cap)
 
 
 def best_effort_cast(client, context, method, **kwargs):

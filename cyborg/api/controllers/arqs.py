@@ -3,7 +3,6 @@ to an instance by Nova."""
 
 import pecan
 
-from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.api.controllers import base
 from cyborg.api import microversion
 from cyborg.api.schemas import arqs as schema
@@ -113,13 +112,11 @@ def apply_patch(patch):
 
 
 def _release(handles):
-    """Ask each freed handle's agent to undo what prepare() did."""
-    by_host = {}
-    for handle in handles:
-        by_host.setdefault(handle['hostname'], []).append(handle)
-    agent_api = agent_rpcapi.AgentAPI() if by_host else None
-    for host, host_handles in by_host.items():
-        agent_api.release(base.context(), host, host_handles)
+    """The freed handles' agents undo what prepare() did: the conductor
+    sends them word, as it does for bind (a cast; 202/204 now)."""
+    if handles:
+        conductor_rpcapi.ConductorAPI().release_handles(base.context(),
+                                                        handles)
 
 
 class ARQController:
