@@ -15,7 +15,7 @@ import pytest
 import webob
 
 from cyborg.api import app as api_app
-from cyborg.cmd import api as cmd_api
+from cyborg.api import service as api_service
 from cyborg.common import wsgi_server
 from cyborg.conf import CONF
 
@@ -224,7 +224,7 @@ def test_cheroot_refuses_an_oversized_request_line(served_api):
 def test_gunicorn_keeps_its_header_limits():
     """cyborg-api leaves gunicorn's limits on (414 for a request line over
     4094 bytes, 431 for a header over 8190 or more than 100 headers)."""
-    cfg = cmd_api.Server(CONF).cfg
+    cfg = api_service.Server(CONF).cfg
     assert 0 < cfg.limit_request_line <= 8190
     assert 0 < cfg.limit_request_field_size <= 8190
     assert 0 < cfg.limit_request_fields <= 100
