@@ -17,7 +17,8 @@ from cyborg.conf import CONF
 
 def load_app(conf=CONF):
     """One worker's app, built after the fork (its own database engine);
-    the master process never imports the app."""
+    the master process never imports the app.
+    """
     from cyborg.api import pipeline
     from cyborg.db import api as db_api
     db_api.configure()

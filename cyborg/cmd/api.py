@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cyborg-api: the API under gunicorn (cyborg.api.service).
 
     cyborg-api --config-file /etc/cyborg/cyborg.conf

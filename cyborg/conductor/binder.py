@@ -21,8 +21,8 @@ from cyborg.common import combining
 from cyborg.common import loop
 from cyborg.common import nova
 from cyborg import context as cyborg_context
-from cyborg import drivers
 from cyborg.db import bindings
+from cyborg import drivers
 
 LOG = log.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Unbind and delete release handles through the conductor, as bind
 prepares them: API (DB frees the handles, answers at once) → conductor
-(release_handles, RPC 1.3) → each handle's agent → driver release()."""
+(release_handles, RPC 1.3) → each handle's agent → driver release().
+"""
 
 import time
 import uuid
@@ -110,7 +111,8 @@ def test_conductor_down_unbind_answers_and_release_waits_for_it(
         stack, conductor_calls):
     """With no conductor running the API answers as always and the DB has
     freed the handles; the release waits in the conductor's queue and
-    reaches the agent once a conductor is back."""
+    reaches the agent once a conductor is back.
+    """
     stack.profile('gpu', [{'resources:PGPU': '1'}])
     unbound, _, unbound_handle = _bound(stack)
     deleted, _, deleted_handle = _bound(stack, OTHER_GPU)
@@ -137,7 +139,8 @@ def test_capped_below_1_3_the_api_asks_the_agents_itself(stack,
                                                          conductor_calls):
     """[upgrade_levels] conductor = 1.2 (conductors not upgraded yet):
     release_handles is not sent to them; the agents are asked directly,
-    as before 1.3, even with no conductor running."""
+    as before 1.3, even with no conductor running.
+    """
     CONF.set_override('conductor', '1.2', group='upgrade_levels')
     stack.profile('gpu', [{'resources:PGPU': '1'}])
     arq, _, handle = _bound(stack)
@@ -150,7 +153,8 @@ def test_capped_below_1_3_the_api_asks_the_agents_itself(stack,
 def test_broker_down_unbind_still_answers(stack, monkeypatch):
     """The cast to the conductor cannot be sent (the broker is down after
     its retries): the unbind is recorded and answered all the same; a
-    reconciling driver undoes the missed release on its next report."""
+    reconciling driver undoes the missed release on its next report.
+    """
     tried = []
 
     def cast_fails(client, context, method, **kwargs):
