@@ -85,8 +85,9 @@ class Parseable:
         media_type = environ.get('CONTENT_TYPE', '').split(';')[0]
         media_type = media_type.strip().lower()
         if media_type.startswith('multipart/'):
-            return _refuse(UnsupportedMediaType(media_type=media_type),
-                           environ, start_response)
+            refused = UnsupportedMediaType(
+                media_type=exception.excerpt(media_type))
+            return _refuse(refused, environ, start_response)
         try:
             # Parsed once; webob keeps the result in the environ, where
             # pecan finds it.

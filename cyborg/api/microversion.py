@@ -54,12 +54,12 @@ def parse(headers):
         raise exception.NotAcceptable(
             'Mutually exclusive versions requested. Version %s requested but '
             'not supported by this service. The supported version range is: '
-            '%s.' % (value, _RANGE))
+            '%s.' % (exception.excerpt(value), _RANGE))
     if not MIN_VERSION <= (major, minor) <= MAX_VERSION:
         raise exception.NotAcceptable(
             'Version %s was requested but the minor version is not supported '
             'by this service. The supported version range is: %s.'
-            % (value, _RANGE))
+            % (exception.excerpt(value), _RANGE))
     return (major, minor)
 
 

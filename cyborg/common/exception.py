@@ -84,7 +84,20 @@ class ServiceUnavailable(CyborgException):
     msg_fmt = 'Service unavailable: %(reason)s'
 
 
+# The most characters of a client's value an error message quotes.
+EXCERPT_LENGTH = 100
+
+
+def excerpt(value, limit=EXCERPT_LENGTH):
+    """`value` (str() of it) for an error message: at most `limit`
+    characters of it, so that a huge input is never echoed back whole."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return text
+    return '%s... (%d characters)' % (text[:limit], len(text))
+
+
 def not_found(resource, **keys):
     """NotFound with Cyborg's `<Resource> not found with k=v` message."""
-    detail = ', '.join('%s=%s' % kv for kv in keys.items())
+    detail = ', '.join('%s=%s' % (k, excerpt(v)) for k, v in keys.items())
     return NotFound(resource=resource, msg='with ' + detail)

@@ -140,19 +140,20 @@ def test_osc_device_profile_lifecycle(stack):
         p['name'] for p in _get(stack, '/device_profiles')['device_profiles']}
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    'client limitation: `device profile show <name>` sends '
-    'OpenStack-API-Version accelerator 2.0 unless '
-    '--os-accelerator-api-version >= 2.2 is given, and GET '
-    '/device_profiles/<name> needs 2.2 (406 at 2.0, as in Cyborg)'))
 def test_osc_device_profile_show_by_name_default_version(stack):
-    osc(stack, 'accelerator', 'device', 'profile', 'create', 'osc-dp-name',
-        '--group', 'resources:PGPU=1')
+    # The client sends OpenStack-API-Version accelerator 2.0 unless
+    # --os-accelerator-api-version >= 2.2 is given; Cyborg answers 406 to
+    # a name below 2.2, we answer at any version.
+    created = osc(stack, 'accelerator', 'device', 'profile', 'create',
+                  'osc-dp-name', '--group', 'resources:PGPU=1')
     try:
-        osc(stack, 'accelerator', 'device', 'profile', 'show', 'osc-dp-name')
+        shown = osc(stack, 'accelerator', 'device', 'profile', 'show',
+                    'osc-dp-name')
     finally:
         requests.delete(stack.api + '/device_profiles/osc-dp-name',
                         timeout=10)
+    assert shown['uuid'] == created['uuid']
+    assert shown['name'] == 'osc-dp-name'
 
 
 def test_osc_arq_lifecycle_bind_unbind(stack):
@@ -217,6 +218,26 @@ def test_osc_attributes(stack):
         created['uuid'], fmt=False)
     assert created['uuid'] not in {
         a['uuid'] for a in _get(stack, '/attributes')['attributes']}
+
+
+def test_osc_attribute_create_with_a_deployable_uuid(stack):
+    # `deployable list`/`show` give uuids; Cyborg refuses them here
+    # (`does not match '^[0-9]+$'`), we take either.
+    deployable = _gpu_deployable(stack)
+    created = osc(stack, 'accelerator', 'device', 'attribute', 'create',
+                  deployable['uuid'], 'osc_uuid_key', 'v')
+    try:
+        # Listed with the deployable's own attributes (its rc, traits),
+        # all carrying its integer id.
+        listed = _get(stack, '/attributes',
+                      deployable_id=deployable['uuid'])['attributes']
+        assert created['uuid'] in {a['uuid'] for a in listed}
+        assert 'rc' in {a['key'] for a in listed}
+        assert {a['deployable_id'] for a in listed} == {
+            created['deployable_id']}
+    finally:
+        requests.delete(stack.api + '/attributes/' + created['uuid'],
+                        timeout=10)
 
 
 # -- python-cyborgclient's own OSC command classes --------------------------

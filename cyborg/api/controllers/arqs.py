@@ -65,7 +65,8 @@ def _parse_patch(ops, allow_project_id):
     for op in ops:
         if op['path'] not in paths:
             raise exception.PatchError(
-                reason='Invalid path in patch %s' % op['path'])
+                reason='Invalid path in patch %s'
+                % exception.excerpt(op['path']))
     if kinds == {'remove'}:
         return 'remove', None
     values = {op['path'][1:]: op.get('value') for op in ops}
@@ -145,7 +146,8 @@ class ARQController:
         patch = base.body(schema.PATCH)
         if self.uuid not in patch:
             raise exception.PatchError(
-                reason='The body does not patch %s' % self.uuid)
+                reason='The body does not patch %s'
+                % exception.excerpt(self.uuid))
         apply_patch(patch)
 
     @index.when(method='DELETE')
@@ -181,7 +183,7 @@ class ARQsController:
         if bind_state is not None and bind_state != 'resolved':
             raise exception.Invalid(
                 'Bad bind_state %s; the only filter supported is '
-                'bind_state=resolved' % bind_state)
+                'bind_state=resolved' % exception.excerpt(bind_state))
         project = _visible_project()
         states = db.RESOLVED_STATES if bind_state else None
         if bind_state and instance and db.instance_unresolved(instance,

@@ -1,5 +1,6 @@
 """/v2/attributes: key/value facts about deployables (rc, traits, ...)."""
 
+from oslo_utils import uuidutils
 import pecan
 
 from cyborg.api.controllers import base
@@ -9,6 +10,19 @@ from cyborg.db import attributes as db
 
 # Deployable ids are 32-bit integer columns.
 MAX_ID = 2 ** 31 - 1
+
+
+def _deployable(value):
+    """A deployable reference from a client: its integer id (a number or
+    digits), or its uuid (beyond Cyborg, which takes only the id); None
+    for anything else."""
+    if isinstance(value, int):
+        return value
+    if value.isascii() and value.isdigit():
+        return int(value)
+    if uuidutils.is_uuid_like(value):
+        return value
+    return None
 
 
 def serialize(attr):
@@ -50,13 +64,15 @@ class AttributesController:
     def get_all(self):
         base.authorize('cyborg:attribute:get_all')
         params = base.query('deployable_id', 'key', 'limit', 'marker')
-        deployable_id = params.get('deployable_id')
-        if deployable_id is not None:
-            if not deployable_id.isdigit():
-                raise exception.Invalid('deployable_id must be an integer')
-            deployable_id = int(deployable_id)
+        deployable = params.get('deployable_id')
+        if deployable is not None:
+            deployable = _deployable(deployable)
+            if deployable is None:
+                raise exception.Invalid(
+                    "deployable_id must be a deployable's integer id or "
+                    "uuid")
         return {'attributes': [serialize(a) for a in db.list_(
-            deployable_id, params.get('key'), **base.pagination(params))]}
+            deployable, params.get('key'), **base.pagination(params))]}
 
     @index.when(method='POST')
     @base.handler(201)
@@ -65,14 +81,15 @@ class AttributesController:
         base.query()
         body = base.body(schema.CREATE)
         attr = body.get('attribute', body)
-        deployable_id = int(attr['deployable_id'])
-        if deployable_id > MAX_ID:
-            # No deployable has it, and MySQL and PostgreSQL refuse the
-            # out-of-range value instead of finding nothing.
+        deployable = _deployable(attr['deployable_id'])
+        if deployable is None or (isinstance(deployable, int)
+                                  and deployable > MAX_ID):
+            # No deployable has it, and MySQL and PostgreSQL refuse an
+            # out-of-range id instead of finding nothing.
             raise exception.Invalid(
-                reason='deployable_id %s does not exist' % deployable_id)
-        return serialize(db.create(deployable_id, attr['key'],
-                                   attr['value']))
+                reason='deployable_id %s does not exist'
+                % exception.excerpt(attr['deployable_id']))
+        return serialize(db.create(deployable, attr['key'], attr['value']))
 
     @pecan.expose()
     def _lookup(self, uuid, *remainder):

@@ -78,7 +78,8 @@ def query(*allowed):
     params = {}
     for key, value in pecan.request.GET.items():
         if key not in allowed:
-            raise exception.Invalid('Unknown argument: "%s"' % key)
+            raise exception.Invalid('Unknown argument: "%s"'
+                                    % exception.excerpt(key))
         params[key] = value
     return params
 
@@ -113,7 +114,7 @@ def pagination(params):
 def require_uuid(value, what='uuid'):
     if not uuidutils.is_uuid_like(value):
         raise exception.Invalid('Expected a uuid for %s but received %s'
-                                % (what, value))
+                                % (what, exception.excerpt(value)))
     return value
 
 
@@ -174,10 +175,22 @@ def validate(data, schema):
     # The most relevant error, as jsonschema.validate() would raise.
     e = jsonschema.exceptions.best_match(_validator(schema).iter_errors(data))
     if e is not None:
-        where = '/'.join(str(p) for p in e.absolute_path)
+        where = '/'.join(exception.excerpt(p) for p in e.absolute_path)
         raise exception.Invalid(
             'Invalid input%s: %s' % (' for ' + where if where else '',
-                                     e.message))
+                                     _message(e)))
+
+
+def _message(error):
+    """jsonschema's message, quoting at most an excerpt of the value (it
+    quotes the whole of it: a 100 KB description would come back whole)."""
+    message = error.message
+    quoted = repr(error.instance)
+    if len(quoted) > exception.EXCERPT_LENGTH and quoted in message:
+        message = message.replace(quoted, exception.excerpt(quoted))
+    # Other quoted values (a huge unexpected key, say) are cut with the
+    # message: what it says comes first.
+    return exception.excerpt(message, 4 * exception.EXCERPT_LENGTH)
 
 
 def base_url():

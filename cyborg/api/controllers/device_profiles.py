@@ -6,7 +6,6 @@ from oslo_utils import uuidutils
 import pecan
 
 from cyborg.api.controllers import base
-from cyborg.api import microversion
 from cyborg.api.schemas import device_profiles as schema
 from cyborg.common import exception
 from cyborg.db import device_profiles as db
@@ -43,22 +42,23 @@ def _normalize_group(group):
             if not name.startswith('CUSTOM_'):
                 raise exception.Invalid(
                     'Unsupported trait name format %s, should start with '
-                    'CUSTOM_' % name)
+                    'CUSTOM_' % exception.excerpt(name))
             if value not in TRAIT_VALUES:
                 raise exception.Invalid(
                     'Unsupported trait value %s, the value must be one among '
-                    '%s' % (value, TRAIT_VALUES))
+                    '%s' % (exception.excerpt(value), TRAIT_VALUES))
             key = 'trait:' + name
         elif prefix == 'resources':
             if name not in STANDARD_RCS and not name.startswith('CUSTOM_'):
-                raise exception.Invalid('Unsupported resource class %s' % name)
+                raise exception.Invalid('Unsupported resource class %s'
+                                        % exception.excerpt(name))
             try:
                 amount = int(value)
             except ValueError:
                 amount = 0
             if not 1 <= amount <= MAX_AMOUNT:
                 raise exception.Invalid('Resources number %s is invalid'
-                                        % value)
+                                        % exception.excerpt(value))
             key, value = 'resources:' + name, str(amount)
         out[key] = value
     return out
@@ -91,11 +91,12 @@ class DeviceProfileController:
     def get(self):
         base.authorize('cyborg:device_profile:get_one')
         base.query()
+        # By name at any microversion (Cyborg: from 2.2 on), so that
+        # clients that send no version can show a profile by name. Anything
+        # shaped like a uuid is looked up as one, at every version.
         if uuidutils.is_uuid_like(self.ident):
             dp = db.get_by_uuid(self.ident)
         else:
-            microversion.require(pecan.request, (2, 2),
-                                 'getting a device profile by name')
             dp = db.get_by_name(self.ident)
         return {'device_profile': serialize(dp)}
 

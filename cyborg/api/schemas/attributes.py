@@ -5,8 +5,11 @@ from cyborg.api.schemas import common
 ATTRIBUTE = {
     'type': 'object',
     'properties': {
-        'deployable_id': {'type': ['integer', 'string'],
-                          'pattern': '^[0-9]+$', 'minimum': 1},
+        # The deployable's integer id (digits too: the OSC plugin sends
+        # its argument as a string) or, beyond Cyborg, its uuid.
+        'deployable_id': {'anyOf': [{'type': 'integer', 'minimum': 1},
+                                    {'type': 'string', 'pattern': '^[0-9]+$'},
+                                    common.UUID]},
         'key': common.NAME,
         'value': {'type': 'string', 'maxLength': 65535},
     },
