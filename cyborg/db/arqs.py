@@ -217,11 +217,38 @@ _INSTANCE_TAKEN = sa.select(ARQ.c.instance_uuid).where(
 ).limit(1)
 
 
+# The host of the device behind each resource provider: the agent of that
+# host reported both, so no Placement round trip is needed to know it.
+_HOSTS_OF_PROVIDERS = sa.select(
+    DEPLOYABLE.c.rp_uuid, DEVICE.c.hostname
+).select_from(DEPLOYABLE.join(DEVICE, DEPLOYABLE.c.device_id == DEVICE.c.id)
+              ).where(DEPLOYABLE.c.rp_uuid.in_(
+                  sa.bindparam('rp_uuids', expanding=True)))
+
+
+def _require_hosts_own_providers(session, bindings):
+    """PatchError unless each binding's hostname is the host of the device
+    behind its device_rp_uuid. A provider no device has is left to the
+    conductor (which records BindFailed, as Cyborg does)."""
+    hosts = dict(session.execute(_HOSTS_OF_PROVIDERS, {
+        'rp_uuids': sorted({b['device_rp_uuid'] for b in bindings.values()})
+    }).all())
+    for uuid, binding in sorted(bindings.items()):
+        host = hosts.get(binding['device_rp_uuid'])
+        if host is not None and host != binding['hostname']:
+            raise exception.PatchError(
+                reason='hostname %s does not own device_rp_uuid %s (ARQ %s): '
+                       'that provider is a device of host %s'
+                       % (exception.excerpt(binding['hostname']),
+                          binding['device_rp_uuid'], uuid, host))
+
+
 def start_bind(bindings, project_id=None):
     """Atomically move every ARQ of one PATCH to BindStarted.
 
     bindings: {arq_uuid: {hostname, device_rp_uuid, instance_uuid,
-    project_id?}}. All or none: a bad state anywhere rolls everything back.
+    project_id?}}. All or none: a bad state anywhere, or a hostname that
+    is not the host of its device_rp_uuid, rolls everything back.
     """
     with api.writer() as session:
         found = _require_all(session, list(bindings), project_id)
@@ -232,6 +259,7 @@ def start_bind(bindings, project_id=None):
             raise exception.PatchError(
                 reason='Instance %s already has accelerator requests. Cannot '
                        'bind additional ARQs.' % already)
+        _require_hosts_own_providers(session, bindings)
         for uuid, values in bindings.items():
             _transition(session, uuid, 'BindStarted', BINDABLE_STATES,
                         dict(values, bind_failure=None),

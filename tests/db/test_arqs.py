@@ -222,6 +222,33 @@ def test_start_bind_clears_previous_failure(database):
     assert arqs.get(arq['uuid'])['bind_failure'] is None
 
 
+def test_start_bind_refuses_a_host_that_does_not_own_the_provider(database):
+    here = seed.deployable(device_id=seed.device(hostname='h-a')['id'])
+    there = seed.deployable(device_id=seed.device(hostname='h-b')['id'])
+    made = seed.arq_requests(3)
+    instance = uuidutils.generate_uuid()
+    bindings = {
+        made[0]['uuid']: _binding(instance, 'h-a', here['rp_uuid']),
+        # The provider of a device nobody reported is the conductor's
+        # to refuse (BindFailed), as in Cyborg.
+        made[1]['uuid']: _binding(instance, 'h-a'),
+        made[2]['uuid']: _binding(instance, 'h-a', there['rp_uuid'])}
+    with pytest.raises(exception.PatchError) as e:
+        arqs.start_bind(bindings)
+    assert e.value.code == 400
+    assert str(e.value) == (
+        "Couldn't apply patch. Reason: hostname h-a does not own "
+        "device_rp_uuid %s (ARQ %s): that provider is a device of host h-b"
+        % (there['rp_uuid'], made[2]['uuid']))
+    assert _states([a['uuid'] for a in made]) == ['Initial'] * 3
+    assert arqs.list_(instance_uuid=instance) == []
+
+    del bindings[made[2]['uuid']]
+    arqs.start_bind(bindings)
+    assert _states([a['uuid'] for a in made]) == [
+        'BindStarted', 'BindStarted', 'Initial']
+
+
 def test_start_bind_instance_already_has_arqs(database):
     first, second = seed.arq_requests(2)
     instance = uuidutils.generate_uuid()
