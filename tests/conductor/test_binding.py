@@ -30,6 +30,8 @@ from cyborg import rpc
 
 NOVA_HEADERS = {'X-Roles': 'member', 'X-Service-Roles': 'service',
                 'X-Project-Id': 'p1', 'X-User-Id': 'u1'}
+V2_4 = {'OpenStack-API-Version': 'accelerator 2.4'}
+V2_5 = {'OpenStack-API-Version': 'accelerator 2.5'}
 
 
 class RecordingDriver(fake.FakeDriver):
@@ -299,15 +301,28 @@ def test_prepare_failure_ends_in_bind_failed_and_frees_the_handle(stack):
     assert in_use == 0
     assert 'GPU fell off the bus' in reason
     assert stack.wait_events(1)[0]['status'] == 'failed'
+    # Microversion 2.5 shows the reason; 2.4 does not have the field.
+    shown = stack.api('GET', '/v2/accelerator_requests/' + arq['uuid'],
+                      headers=dict(NOVA_HEADERS, **V2_5)).json
+    assert shown['state_reason'] == reason
+    assert 'state_reason' not in stack.api(
+        'GET', '/v2/accelerator_requests/' + arq['uuid'],
+        headers=dict(NOVA_HEADERS, **V2_4)).json
 
 
 def test_unknown_provider_fails_the_bind(stack):
     stack.profile('gpu', [{'resources:PGPU': '1'}])
     [arq] = stack.create_arqs('gpu')
     instance = str(uuid.uuid4())
-    stack.bind([arq], instance, [str(uuid.uuid4())])
+    rp = str(uuid.uuid4())
+    stack.bind([arq], instance, [rp])
     assert stack.wait_resolved(instance)[0]['state'] == 'BindFailed'
     assert stack.wait_events(1)[0]['status'] == 'failed'
+    [failed] = stack.api('GET', '/v2/accelerator_requests?instance=%s'
+                         % instance, headers=dict(NOVA_HEADERS, **V2_5)
+                         ).json['arqs']
+    assert failed['state_reason'] == (
+        'No device is known for resource provider %s' % rp)
 
 
 def test_unbind_and_delete_release_the_handle(stack):

@@ -21,10 +21,15 @@ SERVICE_TOKEN_MSG = ('This operation requires a service token. Use the '
 _FIELDS = ('uuid', 'state', 'device_profile_name', 'device_profile_group_id',
            'hostname', 'device_rp_uuid', 'instance_uuid', 'project_id',
            'attach_handle_type', 'attach_handle_uuid', 'attach_handle_info')
+# Microversion 2.5 (ours): `state_reason`, why the ARQ is in its state
+# (a BindFailed's reason; null when there is none to tell).
+STATE_REASON = (2, 5)
 
 
 def serialize(arq, url=None):
     out = {k: arq[k] for k in _FIELDS}
+    if base.version() >= STATE_REASON:
+        out['state_reason'] = arq['bind_failure']
     out['links'] = base.links('accelerator_requests', arq['uuid'], url=url)
     out['created_at'] = base.isotime(arq['created_at'])
     out['updated_at'] = base.isotime(arq['updated_at'])
