@@ -70,7 +70,7 @@ PATH_VALUES = {
     'deployables': seed.GPU_DEPLOYABLE,
     'attributes': seed.GPU_RC_ATTRIBUTE,
 }
-LATEST = '2.4'
+LATEST = '2.5'
 
 
 def _operations():
@@ -379,7 +379,7 @@ def _expected_keys(component, version):
 GETS = [o for o in OPERATIONS if o[0] == 'GET']
 
 
-@pytest.mark.parametrize('version', ['2.0', '2.3', '2.4'])
+@pytest.mark.parametrize('version', ['2.0', '2.3', '2.4', '2.5'])
 @pytest.mark.parametrize('method, path, operation', GETS, ids=_ids(GETS))
 def test_responses_match_their_schemas(api, method, path, operation,
                                        version):
@@ -398,6 +398,11 @@ def test_responses_match_their_schemas(api, method, path, operation,
         assert found
         for device in found:
             assert set(device) == _expected_keys('Device', version)
+    if path.startswith('/v2/accelerator_requests'):
+        found = body['arqs'] if 'arqs' in body else [body]
+        assert found
+        for arq in found:
+            assert set(arq) == _expected_keys('ARQ', version)
     if path != '/':
         assert response.headers['OpenStack-API-Version'] == \
             'accelerator ' + version
