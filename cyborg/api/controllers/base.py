@@ -185,12 +185,24 @@ def _message(error):
     """jsonschema's message, quoting at most an excerpt of the value (it
     quotes the whole of it: a 100 KB description would come back whole)."""
     message = error.message
-    quoted = repr(error.instance)
-    if len(quoted) > exception.EXCERPT_LENGTH and quoted in message:
-        message = message.replace(quoted, exception.excerpt(quoted))
-    # Other quoted values (a huge unexpected key, say) are cut with the
-    # message: what it says comes first.
-    return exception.excerpt(message, 4 * exception.EXCERPT_LENGTH)
+    value = error.instance
+    quoted = repr(value)
+    limit = exception.EXCERPT_LENGTH
+    if len(quoted) > limit and quoted in message:
+        if isinstance(value, str):
+            short = '%r... (%d characters)' % (value[:limit], len(value))
+        else:
+            short = exception.excerpt(quoted)
+        message = message.replace(quoted, short)
+    # Other values it quotes (a huge unexpected key, say).
+    message = _LONG_QUOTED.sub(
+        lambda m: "'%s'... (%d characters)" % (
+            m.group(1)[:limit], len(m.group(1))), message)
+    return exception.excerpt(message, 4 * limit)
+
+
+# A quoted string longer than an excerpt, as repr() writes it.
+_LONG_QUOTED = re.compile("'([^']{%d,})'" % (exception.EXCERPT_LENGTH + 1))
 
 
 def base_url():

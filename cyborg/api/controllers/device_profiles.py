@@ -15,6 +15,8 @@ KEY_RE = re.compile(r'^(resources:|trait:|accel:)')
 TRAIT_VALUES = ['required', 'forbidden']
 # Resource classes Placement (or Nova) knows, besides CUSTOM_*.
 STANDARD_RCS = ('FPGA', 'PGPU', 'VGPU')
+# Placement's longest trait or resource class name.
+MAX_NAME = 255
 # Placement stores amounts in 32-bit integer columns.
 MAX_AMOUNT = 2 ** 31 - 1
 
@@ -38,6 +40,12 @@ def _normalize_group(group):
         value = str(value)
         prefix, _, name = key.partition(':')
         name = name.replace(' ', '')
+        if prefix in ('trait', 'resources') and len(name) > MAX_NAME:
+            # Placement's limit for traits and resource classes.
+            raise exception.Invalid(
+                'Group key %s: a %s name is at most %d characters'
+                % (exception.excerpt(key), 'trait' if prefix == 'trait'
+                   else 'resource class', MAX_NAME))
         if prefix == 'trait':
             if not name.startswith('CUSTOM_'):
                 raise exception.Invalid(
