@@ -9,6 +9,10 @@
 `arq list-stuck` prints the ARQs still in BindStarted after SECONDS
 (default 300, Nova's arq_binding_timeout): a conductor re-drives them, so
 any listed here point at an agent or a conductor that cannot finish.
+
+Without [database] connection (no --config-file, say), or with one naming
+a SQLite file that is not there (`db sync` aside, which creates it), the
+command says so in one line on stderr and exits 1, creating nothing.
 """
 
 import sys
@@ -106,7 +110,12 @@ def main(argv=None):
     CONF.register_cli_opt(command_opt)
     config.parse_args(_globals_first(argv), log_to_stderr=True)
     from cyborg.db import api as db_api
-    db_api.configure()
+    try:
+        db_api.configure(db_api.require_connection(
+            existing=CONF.command.func is not _run_db_sync))
+    except db_api.NotConfigured as e:
+        print('cyborg-manage: %s' % e, file=sys.stderr)
+        return 1
     try:
         CONF.command.func()
     finally:

@@ -1,6 +1,10 @@
 """cyborg-status upgrade check: is this deployment ready to run this code?
 
 Exit code 0 = success, 1 = warning, 2 = failure (oslo.upgradecheck).
+Without a database to check ([database] connection unset, e.g. no
+--config-file, or naming a SQLite file that is not there) it says so in one
+line on stderr and exits 2, without running the checks or creating
+anything.
 """
 
 import sys
@@ -15,6 +19,15 @@ STUCK_AFTER = 300  # seconds: Nova's default arq_binding_timeout
 
 
 class Checks(upgradecheck.UpgradeCommands):
+
+    def check(self):
+        from cyborg.db import api as db_api
+        try:
+            db_api.require_connection(existing=True)
+        except db_api.NotConfigured as e:
+            print('cyborg-status: %s' % e, file=sys.stderr)
+            return upgradecheck.Code.FAILURE
+        return super().check()
 
     def _check_schema(self):
         from cyborg.db import migration

@@ -105,7 +105,10 @@ def register_opts(conf):
         if group is None:
             conf.register_opts(group_opts)
     from oslo_db import options as db_options
-    db_options.set_defaults(conf, connection='sqlite:///cyborg.sqlite')
+    # No default [database] connection: a process started without a config
+    # says so (cyborg.db.api.NotConfigured) instead of creating a database
+    # in whatever directory it was started from.
+    db_options.set_defaults(conf)
     for group in ('placement', 'nova'):
         ks_loading.register_session_conf_options(conf, group)
         ks_loading.register_auth_conf_options(conf, group)

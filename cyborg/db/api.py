@@ -33,12 +33,47 @@ _LOCK = threading.Lock()
 _STATE = None
 
 
+class NotConfigured(Exception):
+    """No database to use: [database] connection is not set, or names a
+    SQLite file that is not there. The message says which, in one line."""
+
+
+def require_connection(existing=False):
+    """[database] connection, or NotConfigured saying what is missing.
+
+    existing=True: a SQLite file it names must exist already (a check or
+    a read must not leave an empty database behind; only `db sync` may
+    create one).
+    """
+    url = CONF.database.connection
+    if not url:
+        files = list(CONF.config_file or [])
+        raise NotConfigured(
+            '[database] connection is not set in %s' % ', '.join(files)
+            if files else
+            '[database] connection is not set: no configuration file was '
+            'read (pass --config-file /etc/cyborg/cyborg.conf)')
+    if existing:
+        parsed = sa.engine.make_url(url)
+        path = parsed.database
+        if (parsed.get_backend_name() == 'sqlite'
+                and path not in (None, '', ':memory:')
+                and 'mode=memory' not in str(parsed)
+                and not os.path.exists(path)):
+            raise NotConfigured(
+                '[database] connection names the SQLite file %s, which does '
+                'not exist (create it with "cyborg-manage db sync")'
+                % os.path.abspath(path))
+    return url
+
+
 def configure(connection=None):
     """Point the DB layer at `connection` or [database] connection; the
-    engine is created on first use."""
+    engine is created on first use. NotConfigured when there is neither."""
     global _STATE
+    connection = connection or require_connection()
     with _LOCK:
-        old, _STATE = _STATE, [connection or CONF.database.connection, None]
+        old, _STATE = _STATE, [connection, None]
     _dispose(old)
 
 

@@ -56,6 +56,9 @@ def test_command_line(tmp_path):
     conf = tmp_path / 'cyborg.conf'
     conf.write_text('[database]\nconnection = sqlite:///%s\n'
                     % os.path.join(tmp_path, 'c.sqlite'))
+    # An empty file is an empty SQLite database (a missing one is refused,
+    # see test_only_db_sync_creates_a_sqlite_file).
+    (tmp_path / 'c.sqlite').touch()
     result = _manage('--config-file', str(conf), 'db', 'version')
     assert result.returncode == 0, result.stderr
     assert result.stdout == 'None\n'  # logs go to stderr
@@ -93,3 +96,42 @@ def test_arq_list_stuck(sqlite_database):
     assert manage.stuck_arqs(older_than=600) == {'i-1': [stuck['uuid']]}
     assert manage.stuck_arqs(older_than=0) == {'i-1': [stuck['uuid']],
                                                'i-2': [fresh['uuid']]}
+
+
+def _manage_in(cwd, *args):
+    return subprocess.run(
+        [sys.executable, '-m', 'cyborg.cmd.manage'] + list(args), cwd=cwd,
+        capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, HOME=str(cwd)))
+
+
+@pytest.mark.skipif(
+    any(os.path.exists(p) for p in ('/etc/cyborg/cyborg.conf',
+                                    '/etc/cyborg.conf')),
+    reason='this machine has a cyborg.conf where oslo.config looks')
+@pytest.mark.parametrize('command', [['db', 'sync'], ['db', 'version'],
+                                     ['arq', 'list-stuck']])
+def test_without_a_config_it_says_what_is_missing(tmp_path, command):
+    result = _manage_in(tmp_path, *command)
+    assert result.returncode == 1
+    assert result.stdout == ''
+    assert result.stderr == (
+        'cyborg-manage: [database] connection is not set: no configuration '
+        'file was read (pass --config-file /etc/cyborg/cyborg.conf)\n')
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_only_db_sync_creates_a_sqlite_file(tmp_path):
+    conf = tmp_path / 'cyborg.conf'
+    conf.write_text('[database]\nconnection = sqlite:///new.sqlite\n')
+    result = _manage_in(tmp_path, '--config-file', str(conf), 'db',
+                        'version')
+    assert result.returncode == 1
+    assert result.stderr == (
+        'cyborg-manage: [database] connection names the SQLite file %s, '
+        'which does not exist (create it with "cyborg-manage db sync")\n'
+        % (tmp_path / 'new.sqlite'))
+    assert list(tmp_path.iterdir()) == [conf]
+    result = _manage_in(tmp_path, '--config-file', str(conf), 'db', 'sync')
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / 'new.sqlite').exists()
