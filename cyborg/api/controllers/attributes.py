@@ -16,8 +16,8 @@ def _deployable(value):
     """A deployable reference from a client: its integer id (a number or
     digits), or its uuid (beyond Cyborg, which takes only the id); None
     for anything else."""
-    if isinstance(value, int):
-        return value
+    if isinstance(value, (int, float)):
+        return int(value)          # JSON Schema's integers include 113.0
     if value.isascii() and value.isdigit():
         return int(value)
     if uuidutils.is_uuid_like(value):
