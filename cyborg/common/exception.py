@@ -90,7 +90,8 @@ EXCERPT_LENGTH = 100
 
 def excerpt(value, limit=EXCERPT_LENGTH):
     """`value` (str() of it) for an error message: at most `limit`
-    characters of it, so that a huge input is never echoed back whole."""
+    characters of it, so that a huge input is never echoed back whole.
+    """
     text = value if isinstance(value, str) else str(value)
     if len(text) <= limit:
         return text

@@ -35,7 +35,8 @@ _STATE = None
 
 class NotConfigured(Exception):
     """No database to use: [database] connection is not set, or names a
-    SQLite file that is not there. The message says which, in one line."""
+    SQLite file that is not there. The message says which, in one line.
+    """
 
 
 def require_connection(existing=False):
@@ -69,7 +70,8 @@ def require_connection(existing=False):
 
 def configure(connection=None):
     """Point the DB layer at `connection` or [database] connection; the
-    engine is created on first use. NotConfigured when there is neither."""
+    engine is created on first use. NotConfigured when there is neither.
+    """
     global _STATE
     connection = connection or require_connection()
     with _LOCK:

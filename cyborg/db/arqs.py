@@ -229,7 +229,8 @@ _HOSTS_OF_PROVIDERS = sa.select(
 def _require_hosts_own_providers(session, bindings):
     """PatchError unless each binding's hostname is the host of the device
     behind its device_rp_uuid. A provider no device has is left to the
-    conductor (which records BindFailed, as Cyborg does)."""
+    conductor (which records BindFailed, as Cyborg does).
+    """
     hosts = dict(session.execute(_HOSTS_OF_PROVIDERS, {
         'rp_uuids': sorted({b['device_rp_uuid'] for b in bindings.values()})
     }).all())

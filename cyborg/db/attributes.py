@@ -14,7 +14,8 @@ DEPLOYABLE = models.Deployable.__table__
 
 def _deployable_id(deployable):
     """A deployable's id in a query: `deployable` is its integer id or its
-    uuid (then a subquery)."""
+    uuid (then a subquery).
+    """
     if isinstance(deployable, int):
         return deployable
     return sa.select(DEPLOYABLE.c.id).where(

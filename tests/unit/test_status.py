@@ -37,7 +37,8 @@ def test_unsynced_database_fails_with_the_fix(tmp_path):
 
 def _status(cwd, *args):
     """`cyborg-status ... upgrade check` in `cwd`, with a home of its own
-    (oslo.config looks for cyborg.conf under ~ too)."""
+    (oslo.config looks for cyborg.conf under ~ too).
+    """
     return subprocess.run(
         [sys.executable, '-m', 'cyborg.cmd.status'] + list(args)
         + ['upgrade', 'check'], cwd=cwd, capture_output=True, text=True,

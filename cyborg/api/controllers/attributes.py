@@ -15,7 +15,8 @@ MAX_ID = 2 ** 31 - 1
 def _deployable(value):
     """A deployable reference from a client: its integer id (a number or
     digits), or its uuid (beyond Cyborg, which takes only the id); None
-    for anything else."""
+    for anything else.
+    """
     if isinstance(value, (int, float)):
         return int(value)          # JSON Schema's integers include 113.0
     if value.isascii() and value.isdigit():

@@ -183,7 +183,8 @@ def validate(data, schema):
 
 def _message(error):
     """jsonschema's message, quoting at most an excerpt of the value (it
-    quotes the whole of it: a 100 KB description would come back whole)."""
+    quotes the whole of it: a 100 KB description would come back whole).
+    """
     message = error.message
     value = error.instance
     quoted = repr(value)
