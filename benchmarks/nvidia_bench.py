@@ -139,7 +139,7 @@ def discovery_host(workdir, count):
 def lay_out(driver, nvml, addresses):
     """LAYOUT on every GPU through the driver's prepare(); returns
     (instances made, seconds per prepare(), NVML calls per prepare())."""
-    from cyborg.drivers import base
+    from cyborg.objects import device as records
 
     made, times, calls = 0, [], []
     for address in addresses:
@@ -149,7 +149,7 @@ def lay_out(driver, nvml, addresses):
             t0 = time.perf_counter()
             info = driver.prepare(address, {
                 'uuid': str(uuid.uuid4()), 'attach_type': 'PCI',
-                'attach_info': base.pci_info(address),
+                'attach_info': records.pci_info(address),
                 'request_group': group})
             times.append(time.perf_counter() - t0)
             calls.append(sum(nvml.call_counts.values()))

@@ -7,7 +7,7 @@ import oslo_messaging as messaging
 
 from cyborg.db import bindings
 from cyborg.db import host_inventory
-from cyborg.drivers import base
+from cyborg.objects import device as records
 
 LOG = log.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class ConductorManager:
     @oslo_db_api.wrap_db_retry(max_retries=5, retry_on_deadlock=True,
                                exception_checker=_raced)
     def report_data(self, context, hostname, devices):
-        devices = [base.Device.from_dict(d) for d in devices]
+        devices = [records.Device.from_dict(d) for d in devices]
         writes, states = host_inventory.apply_report(hostname, devices)
         if writes:
             LOG.info('Host %s reported %d device(s); %d DB write(s)',

@@ -15,7 +15,7 @@ from cyborg.common import exception
 from cyborg.db import api
 from cyborg.db import device_profiles as dp_db
 from cyborg.db import models
-from cyborg.drivers import base
+from cyborg.objects import device as records
 
 ARQ = models.ExtendedAcceleratorRequest.__table__
 DP = models.DeviceProfile.__table__
@@ -299,10 +299,10 @@ def free_handles(session, handle_ids):
                     .values(in_use=False))
     for handle in released:
         # What prepare() recorded described the binding that just ended.
-        identity = base.handle_identity(handle['attach_info'])
+        identity = records.handle_identity(handle['attach_info'])
         if identity != json.loads(handle['attach_info']):
             session.execute(AH.update().where(AH.c.uuid == handle['uuid'])
-                            .values(attach_info=base.canonical_json(
+                            .values(attach_info=records.canonical_json(
                                 identity)))
     return released
 

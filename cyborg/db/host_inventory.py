@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from cyborg.db import api
 from cyborg.db import models
-from cyborg.drivers import base
+from cyborg.objects import device as records
 
 LOG = log.getLogger(__name__)
 
@@ -31,7 +31,7 @@ _DEPLOYABLE_FIELDS = ('num_accelerators', 'driver_name', 'rp_uuid')
 
 
 def _json(value):
-    return base.canonical_json(value) if value is not None else None
+    return records.canonical_json(value) if value is not None else None
 
 
 def _wanted(device):
@@ -50,12 +50,12 @@ def _wanted(device):
                        'driver_name': dep.driver_name,
                        'rp_uuid': dep.rp_uuid},
             'attributes': {k: str(v) for k, v in dep.attributes.items()},
-            'handles': {(h.attach_type, base.canonical_json(h.attach_info))
+            'handles': {(h.attach_type, records.canonical_json(h.attach_info))
                         for h in dep.attach_handles},
         }
     cpid = device.controlpath_id
     return fields, deployables, (cpid['cpid_type'],
-                                 base.canonical_json(cpid['cpid_info']))
+                                 records.canonical_json(cpid['cpid_info']))
 
 
 def _load(session, hostname):
@@ -71,7 +71,7 @@ def _load(session, hostname):
             CPID.c.device_id.in_(ids))).mappings():
         entry = {'device': devices[cpid['device_id']], 'cpid': dict(cpid),
                  'deployables': {}}
-        host[base.cpid_key(cpid['cpid_type'], cpid['cpid_info'])] = entry
+        host[records.cpid_key(cpid['cpid_type'], cpid['cpid_info'])] = entry
         by_device[cpid['device_id']] = entry
     deployables = {}
     for dep in session.execute(sa.select(DEPLOYABLE).where(
@@ -89,7 +89,7 @@ def _load(session, hostname):
         for h in session.execute(sa.select(HANDLE).where(
                 HANDLE.c.deployable_id.in_(dep_ids))).mappings():
             deployables[h['deployable_id']]['handles'][
-                (h['attach_type'], base.handle_key(h['attach_info']))] = \
+                (h['attach_type'], records.handle_key(h['attach_info']))] = \
                 dict(h)
     return host
 
@@ -116,7 +116,7 @@ class _Writes:
 
 
 def apply_report(hostname, devices):
-    """Make the DB rows of `hostname` match `devices` ([base.Device]).
+    """Make the DB rows of `hostname` match `devices` ([records.Device]).
 
     Returns (number of write statements, {cpid_key: what operators asked
     of the device: status, excluded, reclaim_requested_at}).
@@ -127,7 +127,7 @@ def apply_report(hostname, devices):
         wanted = {}
         for device in devices:
             fields, deps, (cpid_type, cpid_info) = _wanted(device)
-            wanted[base.cpid_key(cpid_type, cpid_info)] = (
+            wanted[records.cpid_key(cpid_type, cpid_info)] = (
                 fields, deps, cpid_type, cpid_info)
         new_devices = [k for k in wanted if k not in current]
         _add_devices(session, writes, hostname,

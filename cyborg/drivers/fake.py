@@ -11,6 +11,7 @@ import yaml
 from cyborg.common import pci
 from cyborg.conf import CONF
 from cyborg.drivers import base
+from cyborg.objects import device as records
 
 _DEFAULT_RC = {'GPU': 'PGPU', 'FPGA': 'FPGA'}
 
@@ -32,7 +33,7 @@ def load_spec(path):
 
 def _functions(address, count):
     """PCI addresses of `count` functions starting at `address`."""
-    info = base.pci_info(address)
+    info = records.pci_info(address)
     first = int(info['device'], 16) * 8 + int(info['function'])
     out = []
     for n in range(first, first + count):
@@ -47,21 +48,21 @@ def device_from_spec(entry):
     product = pci.normalize_id(entry['product_id'])
     address = pci.normalize_address(entry['pci_address'])
     count = int(entry.get('functions', 1))
-    handles = [base.AttachHandle(entry.get('attach_type', 'PCI'),
-                                 base.pci_info(a))
+    handles = [records.AttachHandle(entry.get('attach_type', 'PCI'),
+                                 records.pci_info(a))
                for a in _functions(address, count)]
-    deployable = base.Deployable(
+    deployable = records.Deployable(
         name=address, num_accelerators=count,
         resource_class=entry.get(
             'resource_class', _DEFAULT_RC.get(dev_type, 'CUSTOM_' + dev_type)),
         traits=list(entry.get('traits', [])), attach_handles=handles,
         driver_name='fake')
     board = {'product_id': product, 'numa_node': entry.get('numa_node', 0)}
-    return base.Device(
+    return records.Device(
         type=dev_type, vendor=vendor, product_id=product,
         model=entry.get('model', 'fake %s' % dev_type),
         controlpath_id={'cpid_type': 'PCI',
-                        'cpid_info': base.pci_info(address)},
+                        'cpid_info': records.pci_info(address)},
         deployables=[deployable], std_board_info=board,
         vendor_board_info=entry.get('vendor_board_info', 'fake_vendor_info'))
 

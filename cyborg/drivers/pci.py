@@ -14,6 +14,7 @@ from oslo_log import log
 from cyborg.common import pci
 from cyborg.conf import CONF
 from cyborg.drivers import base
+from cyborg.objects import device as records
 
 LOG = log.getLogger(__name__)
 
@@ -128,19 +129,19 @@ class PCIDriver(base.Driver):
     def _device(self, function, spec):
         dev_type = spec.device_type or _CLASS_TYPES.get(
             function['class'][:2], 'AICHIP')
-        info = base.pci_info(function['address'])
-        deployable = base.Deployable(
+        info = records.pci_info(function['address'])
+        deployable = records.Deployable(
             name=function['address'], num_accelerators=1,
             resource_class=spec.resource_class or _DEFAULT_RC.get(
                 dev_type, 'CUSTOM_PCI_%s_%s' % (function['vendor'].upper(),
                                                 function['product'].upper())),
             traits=list(spec.traits),
-            attach_handles=[base.AttachHandle('PCI', info)],
+            attach_handles=[records.AttachHandle('PCI', info)],
             driver_name='pci')
         board = {k: function[k] for k in ('product', 'class', 'numa_node',
                                           'driver', 'iommu_group', 'is_vf')}
         board['product_id'] = board.pop('product')
-        return base.Device(
+        return records.Device(
             type=dev_type, vendor=function['vendor'],
             product_id=function['product'],
             model='%s %s' % (pci.vendor_name(function['vendor']),

@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from cyborg.drivers import base
 from cyborg.drivers import fake
 from cyborg.drivers import pci
+from cyborg.objects import device as records
 
 
 def test_default_fake_host_has_two_gpus_and_an_fpga():
@@ -47,7 +47,7 @@ def test_fake_spec_errors_are_clear(tmp_path):
 
 def test_device_records_survive_rpc_round_trip():
     [device] = fake.FakeDriver(fake.default_host_spec()).discover()[:1]
-    assert base.Device.from_dict(device.to_dict()) == device
+    assert records.Device.from_dict(device.to_dict()) == device
 
 
 def _function(root, address, vendor, product, cls, numa=0, driver=None,

@@ -15,10 +15,10 @@ import pytest
 
 from cyborg.agent import metrics
 from cyborg.conf import CONF
-from cyborg.drivers import base
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import driver as nvidia
 from cyborg.drivers.nvidia import fake_sysfs
+from cyborg.objects import device as records
 
 GPU1 = '0000:1b:00.0'      # MIG off
 GPU2 = '0000:43:00.0'      # MIG on
@@ -38,7 +38,7 @@ def _group(name):
 
 def _handle(address, profile):
     return {'uuid': 'h-' + profile, 'attach_type': 'MDEV',
-            'attach_info': json.dumps(dict(base.pci_info(address),
+            'attach_info': json.dumps(dict(records.pci_info(address),
                                            mig_slot='0')),
             'request_group': _group(profile)}
 
@@ -164,7 +164,7 @@ def test_scrape_matches_the_fake_gpus(host):
     gpu2.management_state = 'Managed'
     in_use = {GPU2: [{
         'uuid': 'h-1', 'arq_uuid': ARQ, 'instance_uuid': SERVER,
-        'attach_info': json.dumps(dict(base.pci_info(GPU2), mig_slot='0',
+        'attach_info': json.dumps(dict(records.pci_info(GPU2), mig_slot='0',
                                        **arq_info))}]}
     stats = metrics.ReportStats()
     stats.observe(0.2, when=1700000000.0)
@@ -270,12 +270,12 @@ def test_xid_counts_from_the_driver_health_monitor():
         name = 'stub'
         health = Health()
 
-    device = base.Device(
+    device = records.Device(
         type='GPU', vendor='10de', model='Stub', deployables=[
-            base.Deployable('0000:01:00.0', 1, 'PGPU', [], [],
+            records.Deployable('0000:01:00.0', 1, 'PGPU', [], [],
                             driver_name='stub')],
         controlpath_id={'cpid_type': 'PCI',
-                        'cpid_info': base.pci_info('0000:01:00.0')},
+                        'cpid_info': records.pci_info('0000:01:00.0')},
         vendor_board_info='GPU-stub')
     agent = types.SimpleNamespace(host='h', drivers=[Driver()],
                                   last_devices=[device])
@@ -338,12 +338,12 @@ def test_dashboard_uses_only_exported_metrics():
                                        'processes': [],
                                        'memory_used': 0}]}
 
-    device = base.Device(
+    device = records.Device(
         type='GPU', vendor='10de', model='Stub', deployables=[
-            base.Deployable('0000:01:00.0', 1, 'PGPU', [], [],
+            records.Deployable('0000:01:00.0', 1, 'PGPU', [], [],
                             driver_name='stub')],
         controlpath_id={'cpid_type': 'PCI',
-                        'cpid_info': base.pci_info('0000:01:00.0')},
+                        'cpid_info': records.pci_info('0000:01:00.0')},
         phase='Ready', management_state='Managed',
         conditions=[{'type': 'DriverReady', 'status': 'True'}])
     stats = metrics.ReportStats()

@@ -25,18 +25,18 @@ import traceback
 def _device(host, index, spec):
     """One fake device per test-seeded provider: `total` TEST_PCI
     functions, the attach info shape Nova's port code reads."""
-    from cyborg.drivers import base
+    from cyborg.objects import device as records
 
-    handles = [base.AttachHandle('TEST_PCI', {
+    handles = [records.AttachHandle('TEST_PCI', {
         'domain': '0000', 'bus': '%02x' % (0x0c + index), 'device': '00',
         'function': str(fn), 'physical_network': 'PHYNET1'})
         for fn in range(spec['total'])]
-    dep = base.Deployable(
+    dep = records.Deployable(
         name=spec['name'], num_accelerators=spec['total'],
         resource_class=spec['resource_class'], traits=spec['traits'],
         attach_handles=handles, driver_name='fake',
         rp_uuid=spec['rp_uuid'])
-    return base.Device(
+    return records.Device(
         type='FPGA', vendor='abcd', model='Nova functional test device',
         product_id='abcd',
         controlpath_id={'cpid_type': 'PCI', 'cpid_info': {

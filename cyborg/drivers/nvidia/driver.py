@@ -38,6 +38,7 @@ from cyborg.drivers.nvidia import mig
 from cyborg.drivers.nvidia import models
 from cyborg.drivers.nvidia import resources
 from cyborg.drivers.nvidia import sysfs as sysfs_mod
+from cyborg.objects import device as records
 
 LOG = log.getLogger(__name__)
 
@@ -297,7 +298,7 @@ class NvidiaDriver(base.Driver):
         attributes = {'gpu_uuid': gpu.uuid}
         if orphans:
             attributes['mig_orphans'] = self._describe(gpu, orphans)
-        deployable = base.Deployable(
+        deployable = records.Deployable(
             name=gpu.address,
             num_accelerators=invs[resources.MEM_SLICE]['total'],
             resource_class=resources.MEM_SLICE, traits=sorted(traits),
@@ -325,11 +326,11 @@ class NvidiaDriver(base.Driver):
         if observation is not None:
             observations['share'] = observation
             board['share_mode'] = observation['mode']
-        return base.Device(
+        return records.Device(
             type='GPU', vendor=sysfs_mod.NVIDIA_VENDOR,
             product_id=gpu.product_id, model=gpu.name,
             controlpath_id={'cpid_type': 'PCI',
-                            'cpid_info': base.pci_info(gpu.address)},
+                            'cpid_info': records.pci_info(gpu.address)},
             deployables=deployables, std_board_info=board,
             vendor_board_info=gpu.uuid, phase=phase,
             observations=observations)
@@ -365,12 +366,12 @@ class NvidiaDriver(base.Driver):
                                    'CUSTOM_GPU_CC_', 'CUSTOM_GPU_NUMA_'))}
         if share_mode:
             traits.add(resources.SHARE_TRAITS[share_mode])
-        pf = base.pci_info(gpu.address)
+        pf = records.pci_info(gpu.address)
         self._share_slots[gpu.address] = slots
-        return base.Deployable(
+        return records.Deployable(
             name=share_name(gpu.address), num_accelerators=slots,
             resource_class=resources.SHARE_SLOT, traits=sorted(traits),
-            attach_handles=[base.AttachHandle('MDEV', dict(
+            attach_handles=[records.AttachHandle('MDEV', dict(
                 pf, share_slot=str(n))) for n in range(slots)],
             driver_name=self.name,
             attributes={'gpu_uuid': gpu.uuid,
@@ -414,16 +415,16 @@ class NvidiaDriver(base.Driver):
         instance the GPU can hold: its VFs when SR-IOV is on (what a
         hypervisor passes through for MIG-backed vGPU), else MDEV handles
         whose MIG UUID serves non-VM consumers."""
-        handles = [base.AttachHandle('PCI', base.pci_info(gpu.address))]
+        handles = [records.AttachHandle('PCI', records.pci_info(gpu.address))]
         if not gpu.mig_capable:
             return handles
         most = max(p.max_instances for p in gpu.profiles)
         if function['vfs']:
-            handles += [base.AttachHandle('PCI', base.pci_info(vf))
+            handles += [records.AttachHandle('PCI', records.pci_info(vf))
                         for vf in function['vfs'][:most]]
         else:
-            handles += [base.AttachHandle('MDEV', dict(
-                base.pci_info(gpu.address), mig_slot=str(n)))
+            handles += [records.AttachHandle('MDEV', dict(
+                records.pci_info(gpu.address), mig_slot=str(n)))
                 for n in range(most)]
         return handles
 
@@ -521,7 +522,7 @@ class NvidiaDriver(base.Driver):
     def pick_handles(cls, deployable, request_group, handles):
         if _share_address(deployable['name']):
             return [h for h in handles if 'share_slot' in _info(h)]
-        pf = base.pci_info(deployable['name'])
+        pf = records.pci_info(deployable['name'])
         whole = _is_whole(deployable['num_accelerators'], request_group)
         return [h for h in handles
                 if (_info(h) == pf) == whole]

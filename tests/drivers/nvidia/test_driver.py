@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 import pytest
 
 from cyborg.conf import CONF
-from cyborg.drivers import base
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import driver as nvidia
 from cyborg.drivers.nvidia import fake_sysfs
 from cyborg.drivers.nvidia import resources
+from cyborg.objects import device as records
 from tests.drivers.nvidia import geometry
 
 GPU1 = '0000:1b:00.0'
@@ -69,7 +69,7 @@ def by_address(devices):
 
 def handle(address, request, info=None):
     return {'uuid': 'h-1', 'attach_type': 'PCI',
-            'attach_info': json.dumps(info or base.pci_info(address)),
+            'attach_info': json.dumps(info or records.pci_info(address)),
             'request_group': request}
 
 
@@ -178,7 +178,7 @@ def test_mig_bind_creates_instance_with_packing_and_release_destroys(
     assert dep.inventories[resources.MEM_SLICE]['max_unit'] == 4
     assert 'CUSTOM_MIG_FIT_4G_71GB' in dep.traits
     assert 'CUSTOM_MIG_FIT_7G_141GB' not in dep.traits
-    drv.release(GPU1, handle(GPU1, {}, dict(base.pci_info(GPU1), **info)))
+    drv.release(GPU1, handle(GPU1, {}, dict(records.pci_info(GPU1), **info)))
     assert live(host, GPU1) == []
 
 
@@ -188,7 +188,7 @@ def test_rebind_of_mig_is_idempotent(make_host):
     drv.discover()
     info = drv.prepare(GPU2, handle(GPU2, group('h200-mig-2g-35gb')))
     again = drv.prepare(GPU2, handle(GPU2, group('h200-mig-2g-35gb'),
-                                     dict(base.pci_info(GPU2), **info)))
+                                     dict(records.pci_info(GPU2), **info)))
     assert again == info
     assert len(live(host, GPU2)) == 1
 
@@ -247,7 +247,7 @@ def test_orphans_are_reserved_and_never_handed_out(make_host):
     assert info['mig_start'] == 0
     # Once an ARQ is known to hold it, it is no orphan.
     drv.reconcile({GPU2: [{'uuid': 'h-9', 'attach_info': json.dumps(
-        dict(base.pci_info(GPU2), mig_profile='3g.71gb', mig_start=4))}]})
+        dict(records.pci_info(GPU2), mig_profile='3g.71gb', mig_start=4))}]})
     dep = by_address(drv.discover())[GPU2].deployables[0]
     assert 'mig_orphans' not in dep.attributes
 
@@ -262,7 +262,7 @@ def test_reboot_loses_instances_and_reconcile_recreates_them(make_host):
     fresh = new_driver(host)
     fresh.discover()
     changed, updates = fresh.reconcile({GPU1: [{'uuid': 'h-1', 'attach_info':
-                                       json.dumps(dict(base.pci_info(GPU1),
+                                       json.dumps(dict(records.pci_info(GPU1),
                                                        **info))}]})
     assert changed
     assert updates['h-1']['mig_start'] == info['mig_start']
@@ -295,7 +295,7 @@ def test_whole_gpu_rebinds_behind_gates_and_restores(make_host):
     dep = by_address(drv.discover())[GPU1].deployables[0]
     assert dep.inventories[resources.MEM_SLICE]['total'] == 8
     assert not [t for t in dep.traits if t.startswith('CUSTOM_MIG_FIT')]
-    drv.release(GPU1, handle(GPU1, {}, dict(base.pci_info(GPU1), **info)))
+    drv.release(GPU1, handle(GPU1, {}, dict(records.pci_info(GPU1), **info)))
     assert host.sysfs.driver(GPU1) == 'nvidia'
 
 
@@ -326,9 +326,9 @@ def test_whole_gpu_rebind_gates(make_host, setup, reason):
 def test_pick_handles_splits_whole_from_mig():
     dep = {'name': GPU1, 'num_accelerators': 8}
     pf = {'id': 1, 'attach_type': 'PCI',
-          'attach_info': base.canonical_json(base.pci_info(GPU1))}
+          'attach_info': records.canonical_json(records.pci_info(GPU1))}
     vf = {'id': 2, 'attach_type': 'PCI',
-          'attach_info': base.canonical_json(base.pci_info('0000:1b:00.4'))}
+          'attach_info': records.canonical_json(records.pci_info('0000:1b:00.4'))}
     pick = nvidia.NvidiaDriver.pick_handles
     assert pick(dep, group('h200-whole'), [pf, vf]) == [pf]
     assert pick(dep, group('h200-mig-1g-18gb'), [pf, vf]) == [vf]
