@@ -413,17 +413,21 @@ class TimedConductorAPI:
             _add_time('rpc', time.perf_counter() - t0)
 
 
-class TimedDriver:
-    def __init__(self, driver):
-        self._driver = driver
-        self.name = driver.name
+def timed_driver(driver):
+    """`driver` with its discover() timed."""
+    from cyborg.drivers import base
 
-    def discover(self):
-        t0 = time.perf_counter()
-        try:
-            return self._driver.discover()
-        finally:
-            _add_time('discover', time.perf_counter() - t0)
+    class TimedDriver(base.Driver):
+        name = driver.name
+
+        def discover(self):
+            t0 = time.perf_counter()
+            try:
+                return driver.discover()
+            finally:
+                _add_time('discover', time.perf_counter() - t0)
+
+    return TimedDriver()
 
 
 def timed_conductor_class():
@@ -970,7 +974,7 @@ def run(args, cleanup, result):
         agents.append(agent_manager.AgentManager(
             TimedConductorAPI(conductor_api),
             placement.PlacementClient(CountingAdapter(adapter)),
-            drivers=[TimedDriver(fake.FakeDriver(path))],
+            drivers=[timed_driver(fake.FakeDriver(path))],
             host=name, nodename=name))
     log('%d agents × %d devices, concurrency %d, transport %s',
         len(agents), args.devices, args.concurrency, args.transport)

@@ -117,8 +117,7 @@ class AgentManager:
         """A driver whose inventories follow what is bound (MIG: what still
         fits) tells Placement before the bind completes, so the next claim
         is judged on the new layout. True for such drivers."""
-        drv = self._driver(driver_name)
-        if not getattr(drv, 'inventory_follows_bindings', False):
+        if not self._driver(driver_name).inventory_follows_bindings:
             return False
         try:
             with self._sync_lock:
@@ -249,13 +248,12 @@ class AgentManager:
         return self._reconcile(in_use) or changed
 
     def _set_share_modes(self, devices):
-        """Give drivers that can share devices the modes operators set
-        (before discovery, like reconcile)."""
+        """Give drivers the share modes operators set (before discovery,
+        like reconcile)."""
         modes = self.pools.modes_by_name(devices)
         changed = False
         for drv in self.drivers:
-            if hasattr(drv, 'set_share_modes'):
-                changed = drv.set_share_modes(modes) or changed
+            changed = drv.set_share_modes(modes) or changed
         return changed
 
     def _reconcile(self, in_use):
@@ -263,8 +261,6 @@ class AgentManager:
         to re-make. True when a driver changed something."""
         changed = False
         for drv in self.drivers:
-            if not hasattr(drv, 'reconcile'):
-                continue
             drv_changed, updates = drv.reconcile(in_use)
             changed = changed or drv_changed
             if updates:
@@ -316,11 +312,10 @@ class AgentManager:
                     'cannot read allocations from Placement: %s' % e)
         dep = device.deployables[0]
         drv = self._driver(dep.driver_name)
-        if not hasattr(drv, 'reclaim'):
-            return ('False', 'Refused',
-                    'driver %s cannot reclaim devices' % drv.name)
         try:
             done = drv.reclaim(dep.name)
+        except base.Unsupported as e:
+            return 'False', 'Refused', str(e)
         except Exception as e:
             LOG.warning('Reclaiming %s failed: %s', dep.name, e)
             return 'False', 'Failed', str(e)
@@ -330,15 +325,13 @@ class AgentManager:
 
     def start(self):
         for drv in self.drivers:
-            if hasattr(drv, 'start'):
-                drv.start()
+            drv.start()
         self._loop.start()
 
     def stop(self, timeout=10):
         self._loop.stop(timeout)
         for drv in self.drivers:
-            if hasattr(drv, 'stop'):
-                drv.stop()
+            drv.stop()
 
     def _wait_for_compute_node(self, stopped):
         try:

@@ -5,6 +5,8 @@ import functools
 
 from stevedore import driver as stevedore_driver
 
+from cyborg.drivers import base
+
 NAMESPACE = 'cyborg.accelerator.driver'
 
 
@@ -19,17 +21,18 @@ def driver_class(driver_name):
         return None
 
 
-def _any(deployable, request_group, handles):
-    return handles
+def _class_or_base(driver_name):
+    # An unknown driver (uninstalled since its devices were reported)
+    # behaves as the contract's defaults say.
+    return driver_class(driver_name) or base.Driver
 
 
 def handle_picker(driver_name):
     """The driver's pick_handles; unknown drivers take any handle."""
-    return getattr(driver_class(driver_name), 'pick_handles', _any)
+    return _class_or_base(driver_name).pick_handles
 
 
 def follows_bindings(driver_name):
     """Whether a binding changes what the driver's devices look like
     (inventories, fit traits, lifecycle), so its agent must look again."""
-    return bool(getattr(driver_class(driver_name),
-                        'inventory_follows_bindings', False))
+    return bool(_class_or_base(driver_name).inventory_follows_bindings)

@@ -618,9 +618,7 @@ class NvidiaDriver(base.Driver):
                 done.append('destroyed GPU instance %d@%d'
                             % (instance.gi_id, instance.start))
             self._mine[address].clear()
-            health = getattr(self, 'health', None)
-            if health is not None:
-                health.reset(gpu.uuid)
+            self.health.reset(gpu.uuid)
             return '; '.join(done) or 'nothing to undo'
 
     # Whole GPU -------------------------------------------------------------
