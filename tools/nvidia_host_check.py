@@ -24,6 +24,7 @@ import tempfile
 import time
 
 from cyborg.conf import CONF
+from cyborg.drivers import base
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import driver as nvidia
 
@@ -65,7 +66,7 @@ def refusals(drv, gpus):
                                           'attach_type': 'PCI',
                                           'request_group': group})
                 reason = 'would bind (state may have changed!)'
-            except nvidia.PrepareError as e:
+            except base.PrepareError as e:
                 reason = str(e)
             out['%s %s' % (gpu.address, name)] = reason
     return out

@@ -49,7 +49,7 @@ def device_from_spec(entry):
     address = pci.normalize_address(entry['pci_address'])
     count = int(entry.get('functions', 1))
     handles = [records.AttachHandle(entry.get('attach_type', 'PCI'),
-                                 records.pci_info(a))
+                                    records.pci_info(a))
                for a in _functions(address, count)]
     deployable = records.Deployable(
         name=address, num_accelerators=count,

@@ -273,7 +273,7 @@ def test_xid_counts_from_the_driver_health_monitor():
     device = records.Device(
         type='GPU', vendor='10de', model='Stub', deployables=[
             records.Deployable('0000:01:00.0', 1, 'PGPU', [], [],
-                            driver_name='stub')],
+                               driver_name='stub')],
         controlpath_id={'cpid_type': 'PCI',
                         'cpid_info': records.pci_info('0000:01:00.0')},
         vendor_board_info='GPU-stub')
@@ -341,7 +341,7 @@ def test_dashboard_uses_only_exported_metrics():
     device = records.Device(
         type='GPU', vendor='10de', model='Stub', deployables=[
             records.Deployable('0000:01:00.0', 1, 'PGPU', [], [],
-                            driver_name='stub')],
+                               driver_name='stub')],
         controlpath_id={'cpid_type': 'PCI',
                         'cpid_info': records.pci_info('0000:01:00.0')},
         phase='Ready', management_state='Managed',

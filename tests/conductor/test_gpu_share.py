@@ -14,8 +14,8 @@ import pytest
 from cyborg.agent import providers
 from cyborg.agent import share_pools
 from cyborg.conf import CONF
-from cyborg.drivers.nvidia import driver as nvidia
 from cyborg.drivers.nvidia import fake_sysfs
+from cyborg.drivers.nvidia import shares
 from tests.conductor import test_binding
 from tests.conductor import test_gpu_binding
 from tests.conductor import test_gpu_lifecycle
@@ -205,6 +205,6 @@ def test_smallest_vgpu_type():
              {'type': 'b', 'name': 'x',
               'description': 'num_heads=4, framebuffer=18432M'},
              {'type': 'c', 'name': 'GRID H200-141C', 'description': ''}]
-    assert nvidia.smallest_vgpu_type(types, 16384) == 'b'
-    assert nvidia.smallest_vgpu_type(types, 20000) == 'a'
-    assert nvidia.smallest_vgpu_type(types, 200000) is None
+    assert shares.smallest_vgpu_type(types, 16384) == 'b'
+    assert shares.smallest_vgpu_type(types, 20000) == 'a'
+    assert shares.smallest_vgpu_type(types, 200000) is None

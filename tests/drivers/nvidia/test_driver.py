@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import pytest
 
 from cyborg.conf import CONF
+from cyborg.drivers import base
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import driver as nvidia
 from cyborg.drivers.nvidia import fake_sysfs
@@ -210,7 +211,7 @@ def test_no_legal_placement_fails_with_reason(make_host):
     drv.discover()
     drv.prepare(GPU2, handle(GPU2, group('h200-mig-3g-71gb')))
     drv.prepare(GPU2, handle(GPU2, group('h200-mig-3g-71gb')))
-    with pytest.raises(nvidia.PrepareError, match='No free placement for '
+    with pytest.raises(base.PrepareError, match='No free placement for '
                        'MIG 1g.18gb on GPU 0000:43:00.0'):
         drv.prepare(GPU2, handle(GPU2, group('h200-mig-1g-18gb')))
 
@@ -219,7 +220,7 @@ def test_unknown_mig_shape_is_refused(make_host):
     host = make_host()
     drv = new_driver(host)
     drv.discover()
-    with pytest.raises(nvidia.PrepareError, match='No MIG profile'):
+    with pytest.raises(base.PrepareError, match='No MIG profile'):
         drv.prepare(GPU2, handle(GPU2, {'resources:CUSTOM_GPU_MEM_SLICE':
                                         '3'}))
 
@@ -228,7 +229,7 @@ def test_ampere_mig_enable_waits_for_a_reset(make_host):
     host = make_host(spec('a100-80gb', gpu2=False))
     drv = new_driver(host)
     drv.discover()
-    with pytest.raises(nvidia.PrepareError, match='pending a GPU reset'):
+    with pytest.raises(base.PrepareError, match='pending a GPU reset'):
         drv.prepare(GPU1, handle(GPU1, group('a100-80gb-mig-1g-10gb')))
 
 
@@ -277,7 +278,7 @@ def test_whole_gpu_on_nvidia_is_refused_without_rebind(make_host):
     host = make_host()
     drv = new_driver(host)
     drv.discover()
-    with pytest.raises(nvidia.PrepareError, match='bound to nvidia, not '
+    with pytest.raises(base.PrepareError, match='bound to nvidia, not '
                        'vfio-pci; bind it to vfio-pci or set'):
         drv.prepare(GPU1, handle(GPU1, group('h200-whole')))
 
@@ -318,7 +319,7 @@ def test_whole_gpu_rebind_gates(make_host, setup, reason):
         drv.discover()
         drv.prepare(GPU1, handle(GPU1, group('h200-mig-1g-18gb')))
     drv.discover()
-    with pytest.raises(nvidia.PrepareError, match=reason):
+    with pytest.raises(base.PrepareError, match=reason):
         drv.prepare(GPU1, handle(GPU1, group('h200-whole')))
     assert host.sysfs.driver(GPU1) == 'nvidia'
 
@@ -328,7 +329,8 @@ def test_pick_handles_splits_whole_from_mig():
     pf = {'id': 1, 'attach_type': 'PCI',
           'attach_info': records.canonical_json(records.pci_info(GPU1))}
     vf = {'id': 2, 'attach_type': 'PCI',
-          'attach_info': records.canonical_json(records.pci_info('0000:1b:00.4'))}
+          'attach_info': records.canonical_json(
+              records.pci_info('0000:1b:00.4'))}
     pick = nvidia.NvidiaDriver.pick_handles
     assert pick(dep, group('h200-whole'), [pf, vf]) == [pf]
     assert pick(dep, group('h200-mig-1g-18gb'), [pf, vf]) == [vf]

@@ -1,0 +1,229 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Discovery: which GPUs this host has and how each looks to Placement.
+
+It joins two views: sysfs (every NVIDIA function and the kernel driver
+that holds it; VFs are never reported as GPUs) and NVML (identity,
+memory, compute capability, MIG profiles and live GPU instances of the
+GPUs bound to `nvidia`). A GPU handed to vfio-pci is invisible to NVML,
+so its geometry comes from what NVML said before (geometry_cache). GPUs
+someone else manages (Nova's [pci] device_spec, vGPU mdevs) are skipped.
+Each GPU becomes one Device with one deployable (plus its share pool's,
+see shares), the attach handles it can be bound through, and the phase
+its hardware allows (phase).
+"""
+
+from oslo_log import log
+
+from cyborg.conf import CONF
+from cyborg.drivers import pci as pci_driver
+from cyborg.drivers.nvidia import backend as nvml
+from cyborg.drivers.nvidia import geometry_cache
+from cyborg.drivers.nvidia import phase as phase_mod
+from cyborg.drivers.nvidia import resources
+from cyborg.drivers.nvidia import state as state_mod
+from cyborg.drivers.nvidia import sysfs as sysfs_mod
+from cyborg.objects import device as records
+
+LOG = log.getLogger(__name__)
+
+
+def attach_handles(gpu, function):
+    """The physical function for whole use; for MIG, one handle per
+    instance the GPU can hold: its VFs when SR-IOV is on (what a
+    hypervisor passes through for MIG-backed vGPU), else MDEV handles
+    whose MIG UUID serves non-VM consumers."""
+    handles = [records.AttachHandle('PCI', records.pci_info(gpu.address))]
+    if not gpu.mig_capable:
+        return handles
+    most = max(p.max_instances for p in gpu.profiles)
+    if function['vfs']:
+        handles += [records.AttachHandle('PCI', records.pci_info(vf))
+                    for vf in function['vfs'][:most]]
+    else:
+        handles += [records.AttachHandle('MDEV', dict(
+            records.pci_info(gpu.address), mig_slot=str(n)))
+            for n in range(most)]
+    return handles
+
+
+class Discovery:
+
+    def __init__(self, driver_name, state, mig_binding, shares):
+        self.driver_name = driver_name
+        self.state = state
+        self.mig = mig_binding
+        self.shares = shares
+        self._unavailable = None
+        self._skipped = {}      # address → why it is not reported
+        self._nova_specs = [pci_driver.DeviceSpec(spec) for spec in
+                            CONF.pci_driver.nova_device_spec]
+
+    def discover(self):
+        """The [Device] of the GPUs present now ([] when NVML is down)."""
+        gpus = self._nvml_gpus()
+        if gpus is None:
+            return []
+        sysfs = self.state.sysfs
+        geometry = self.state.geometry
+        functions = {f['address']: f for f in sysfs.nvidia_gpus()}
+        iommu = sysfs.iommu_enabled()
+        devices = []
+        for address in sorted(set(gpus) | {a for a, f in functions.items()
+                                           if f['physfn'] is None}):
+            function = functions.get(address, {
+                'address': address, 'driver': 'nvidia', 'vfs': [],
+                'mdevs': [], 'numa_node': -1, 'vendor': '10de',
+                'product': None})
+            if self._not_ours(function):
+                continue
+            gpu = gpus.get(address)
+            known = True
+            if gpu is not None:
+                geometry.remember(gpu)
+                try:
+                    instances = self.state.instances(gpu)
+                except nvml.NvmlError as e:
+                    LOG.warning('Cannot read the MIG instances of GPU %s: '
+                                '%s', address, e)
+                    instances, known = [], False
+            else:
+                gpu = (geometry.get(address)
+                       or geometry_cache.shipped(function))
+                if gpu is not None:
+                    geometry.setdefault(address, gpu)
+                instances = None
+            if gpu is None:
+                LOG.warning('GPU %s is bound to %s and NVML has never seen '
+                            'it; skipping it until it is bound to nvidia '
+                            'once', address, function['driver'] or 'nothing')
+                continue
+            device = self._device(gpu, function, instances, iommu)
+            device.observations['occupancy_known'] = known
+            devices.append(device)
+        return devices
+
+    # NVML and health -------------------------------------------------------
+
+    def _nvml_gpus(self):
+        backend = self.state.backend
+        try:
+            backend.open()
+            gpus = {g.address: g for g in backend.gpus()}
+            if self._lost(gpus):
+                # NVML enumerates at init: a GPU that came back (or moved
+                # drivers) is only seen after starting over.
+                backend.refresh()
+                gpus = {g.address: g for g in backend.gpus()}
+            self._watch_health(gpus.values())
+        except (nvml.NvmlUnavailable, nvml.NvmlError) as e:
+            if str(e) != self._unavailable:
+                LOG.error('NVIDIA GPUs are not reported on this host: %s', e)
+                self._unavailable = str(e)
+            return None
+        if self._unavailable is not None:
+            LOG.info('NVML is usable again')
+            self._unavailable = None
+        return gpus
+
+    def _watched(self):
+        """{address: Gpu} of the GPUs on nvidia that NVML has seen (their
+        health is watched; one missing from NVML is lost or returning)."""
+        return {a: g for a, g in self.state.geometry.items()
+                if not g.uuid.startswith(geometry_cache.UNSEEN)
+                and self.state.sysfs.driver(a) == 'nvidia'}
+
+    def _lost(self, gpus):
+        """GPUs the nvidia driver holds that NVML did not list."""
+        return [a for a in self._watched() if a not in gpus]
+
+    def _watch_health(self, gpus):
+        """XID/ECC events of the GPUs NVML sees, and a health probe of
+        every GPU we know on nvidia (a lost one included: that is how it
+        comes back)."""
+        if not CONF.nvidia.health_events:
+            return
+        health = self.state.health
+        health.watch([g.uuid for g in gpus])
+        for gpu in self._watched().values():
+            health.observe(gpu.uuid,
+                           self.state.backend.health_probe(gpu.uuid))
+
+    # Ownership -------------------------------------------------------------
+
+    def _not_ours(self, function):
+        """A GPU that someone else manages must not be offered twice: one
+        in Nova's [pci] device_spec, or one carved into vGPUs (mdevs)."""
+        address = function['address']
+        reason = None
+        if function['mdevs']:
+            reason = ('it is carved into %d vGPU mdev(s) by another service'
+                      % len(function['mdevs']))
+        elif function['product'] and any(
+                s.matches(function) for s in self._nova_specs):
+            reason = "Nova's [pci] device_spec claims it"
+        if reason and self._skipped.get(address) != reason:
+            LOG.warning('Not reporting GPU %s: %s', address, reason)
+        if reason:
+            self._skipped[address] = reason
+        else:
+            self._skipped.pop(address, None)
+        return reason is not None
+
+    # The device record -----------------------------------------------------
+
+    def _device(self, gpu, function, instances, iommu):
+        whole_in_use = instances is None
+        slots = state_mod.slots(gpu, instances or [])
+        orphans = self.mig.orphans(gpu, slots)
+        if orphans:
+            # Reported through the lifecycle (OrphanPending, then
+            # Orphaned); claims may simply not have reached us yet.
+            LOG.debug('GPU %s has MIG instances with no known claim: %s',
+                      gpu.address, state_mod.describe(gpu, orphans))
+        invs = resources.inventories(gpu.profiles, slots, orphans,
+                                     whole_in_use)
+        passthrough = iommu and not function['vfs'] and (
+            CONF.nvidia.rebind_for_passthrough or function['driver']
+            == CONF.nvidia.passthrough_driver)
+        traits = (resources.static_traits(gpu, passthrough)
+                  | resources.fit_traits(gpu.profiles, slots, whole_in_use))
+        attributes = {'gpu_uuid': gpu.uuid}
+        if orphans:
+            attributes['mig_orphans'] = state_mod.describe(gpu, orphans)
+        deployable = records.Deployable(
+            name=gpu.address,
+            num_accelerators=invs[resources.MEM_SLICE]['total'],
+            resource_class=resources.MEM_SLICE, traits=sorted(traits),
+            attach_handles=attach_handles(gpu, function),
+            driver_name=self.driver_name, attributes=attributes,
+            inventories=invs)
+        mode = phase_mod.mode(function['driver'])
+        board = {'product_id': gpu.product_id,
+                 'numa_node': function['numa_node'],
+                 'driver': function['driver'], 'mode': mode,
+                 'uuid': gpu.uuid,
+                 'memory_mib': gpu.memory_total // (1 << 20),
+                 'compute_capability': '%d.%d' % tuple(
+                     gpu.compute_capability[:2]),
+                 'mig_mode': gpu.mig_current}
+        phase, conditions = phase_mod.phase(self.state.health, gpu, mode)
+        observations = {
+            'mode': mode, 'driver': function['driver'],
+            'orphan_instances': len(orphans), 'conditions': conditions,
+            'adopted': mode == 'Passthrough'
+            and CONF.nvidia.adopt_passthrough}
+        deployables = [deployable]
+        share, observation = self.shares.deployable(gpu, mode, traits)
+        if share is not None:
+            deployables.append(share)
+        if observation is not None:
+            observations['share'] = observation
+            board['share_mode'] = observation['mode']
+        return records.Device(
+            type='GPU', vendor=sysfs_mod.NVIDIA_VENDOR,
+            product_id=gpu.product_id, model=gpu.name,
+            controlpath_id={'cpid_type': 'PCI',
+                            'cpid_info': records.pci_info(gpu.address)},
+            deployables=deployables, std_board_info=board,
+            vendor_board_info=gpu.uuid, phase=phase,
+            observations=observations)
