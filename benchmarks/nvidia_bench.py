@@ -2,7 +2,7 @@
 """NVIDIA driver benchmark on the fake NVML: discovery, and bind/release.
 
 Everything runs in this process, over the fake GPU host
-(cyborg.drivers.nvidia.fake_sysfs.FakeGpuHost: a fake sysfs tree and a
+(cyborg_emulators.nvidia.fake_sysfs.FakeGpuHost: a fake sysfs tree and a
 fake NVML C layer under the real nvidia-ml-py bindings). No GPU is used, so
 the times are those of our code, the bindings and the fake, not of a real
 libnvidia-ml; the NVML call counts carry over to hardware as they are.
@@ -127,7 +127,7 @@ def profile_doc(name):
 
 
 def discovery_host(workdir, count):
-    from cyborg.drivers.nvidia import fake_sysfs
+    from cyborg_emulators.nvidia import fake_sysfs
 
     gpus = [{'model': 'h200', 'pci_address': address, 'mig_mode': 1,
              'driver': 'nvidia', 'numa_node': 2 * i // len(HGX_ADDRESSES)}

@@ -145,7 +145,7 @@ def main(argv=None):
     CONF.set_override('rebind_for_passthrough', False, group='nvidia')
     host = None
     if args.fake:
-        from cyborg.drivers.nvidia import fake_sysfs
+        from cyborg_emulators.nvidia import fake_sysfs
         host = fake_sysfs.FakeGpuHost({'gpus': [{
             'model': args.fake, 'pci_address': '0000:00:06.0'}]},
             root=tempfile.mkdtemp(prefix='nvidia-check-'))

@@ -82,7 +82,7 @@ class EmbeddedStack:
             spec = yaml.safe_load(f) or {}
         if not spec.get('nvidia'):
             return
-        from cyborg.drivers.nvidia import fake_sysfs
+        from cyborg_emulators.nvidia import fake_sysfs
 
         self.fake_gpus = fake_sysfs.FakeGpuHost(
             spec['nvidia'], root=os.path.join(self.state_dir, 'fake-sysfs'),

@@ -17,8 +17,8 @@ from cyborg.agent import metrics
 from cyborg.conf import CONF
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import driver as nvidia
-from cyborg.drivers.nvidia import fake_sysfs
 from cyborg.objects import device as records
+from cyborg_emulators.nvidia import fake_sysfs
 
 GPU1 = '0000:1b:00.0'      # MIG off
 GPU2 = '0000:43:00.0'      # MIG on

@@ -12,7 +12,7 @@ import pytest
 from cyborg.conf import CONF
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import driver as nvidia
-from cyborg.drivers.nvidia import fake_sysfs
+from cyborg_emulators.nvidia import fake_sysfs
 from tests.conductor import test_binding
 
 GPU = '0000:1b:00.0'

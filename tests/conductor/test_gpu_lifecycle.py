@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from cyborg.conf import CONF
 from cyborg.db import api as db_api
 from cyborg.db import models
-from cyborg.drivers.nvidia import fake_sysfs
+from cyborg_emulators.nvidia import fake_sysfs
 from tests.conductor import test_binding
 from tests.conductor import test_gpu_binding
 

@@ -14,8 +14,8 @@ import pytest
 from cyborg.agent import providers
 from cyborg.agent import share_pools
 from cyborg.conf import CONF
-from cyborg.drivers.nvidia import fake_sysfs
 from cyborg.drivers.nvidia import shares
+from cyborg_emulators.nvidia import fake_sysfs
 from tests.conductor import test_binding
 from tests.conductor import test_gpu_binding
 from tests.conductor import test_gpu_lifecycle

@@ -90,7 +90,7 @@ class Gpu:
 
 def profiles_from_capture(device):
     """The MIG profiles of one device entry of an NVML capture (the JSON
-    of tools/capture_nvml_fixture.py and of the fake's model files)."""
+    of cyborg_emulators.nvidia.capture and of the fake's model files)."""
     out = []
     for entry in device.get('gi_profiles', []):
         info = entry['info']

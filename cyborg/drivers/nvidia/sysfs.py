@@ -2,7 +2,7 @@
 driver binding, SR-IOV and IOMMU state, none of which NVML knows.
 
 `Sysfs(root)` reads a tree laid out like /sys; tests point it at a fake
-tree (cyborg.drivers.nvidia.fake_sysfs) whose `rebind` moves symlinks
+tree (cyborg_emulators.nvidia.fake_sysfs) whose `rebind` moves symlinks
 instead of asking the kernel.
 """
 

@@ -14,9 +14,9 @@ from cyborg.conf import CONF
 from cyborg.drivers import base
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import driver as nvidia
-from cyborg.drivers.nvidia import fake_sysfs
 from cyborg.drivers.nvidia import resources
 from cyborg.objects import device as records
+from cyborg_emulators.nvidia import fake_sysfs
 from tests.drivers.nvidia import geometry
 
 GPU1 = '0000:1b:00.0'

@@ -16,10 +16,11 @@ import pynvml as N
 import pytest
 
 from cyborg.drivers import pci as pci_driver
-from cyborg.drivers.nvidia import fake_nvml
-from cyborg.drivers.nvidia import fake_sysfs
 from cyborg.drivers.nvidia import models
 from cyborg.drivers.nvidia.sysfs import RebindError
+from cyborg_emulators.nvidia import capture as nvml_capture
+from cyborg_emulators.nvidia import fake_nvml
+from cyborg_emulators.nvidia import fake_sysfs
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
                         'fixtures', 'nvml')
@@ -144,99 +145,6 @@ def placements(handle, profile_id):
     return [(p.start, p.size) for p in arr]
 
 
-# -- capture-style read-back (what capture_nvml_fixture.py records) -------
-
-def _py(value):
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, (list, tuple)):
-        return [_py(v) for v in value]
-    if hasattr(value, '_fields_'):
-        return {f[0]: _py(getattr(value, f[0])) for f in value._fields_
-                if not isinstance(getattr(value, f[0]), ctypes._Pointer)}
-    if hasattr(value, '__dict__'):
-        return {k: _py(v) for k, v in vars(value).items()}
-    return value
-
-
-def _call(fn, *args):
-    try:
-        return _py(fn(*args))
-    except N.NVMLError as e:
-        return {'error': type(e).__name__, 'code': e.value}
-
-
-def _existing(handle, profile_id):
-    arr = (N.c_nvmlGpuInstance_t * 8)()
-    count = ctypes.c_uint(0)
-    N.nvmlDeviceGetGpuInstances(handle, profile_id, arr, ctypes.byref(count))
-    out = []
-    for i in range(count.value):
-        info = N.nvmlGpuInstanceGetInfo(arr[i])
-        out.append({'id': info.id, 'profileId': info.profileId,
-                    'placement': {'start': info.placement.start,
-                                  'size': info.placement.size}})
-    return out
-
-
-READS = {
-    'name': (N.nvmlDeviceGetName,), 'uuid': (N.nvmlDeviceGetUUID,),
-    'serial': (N.nvmlDeviceGetSerial,),
-    'minor': (N.nvmlDeviceGetMinorNumber,),
-    'pci': (N.nvmlDeviceGetPciInfo,),
-    'memory_v1': (N.nvmlDeviceGetMemoryInfo,),
-    'memory_v2': (N.nvmlDeviceGetMemoryInfo, N.nvmlMemory_v2),
-    'bar1': (N.nvmlDeviceGetBAR1MemoryInfo,),
-    'cuda_cc': (N.nvmlDeviceGetCudaComputeCapability,),
-    'architecture': (N.nvmlDeviceGetArchitecture,),
-    'brand': (N.nvmlDeviceGetBrand,), 'mig_mode': (N.nvmlDeviceGetMigMode,),
-    'max_mig_devices': (N.nvmlDeviceGetMaxMigDeviceCount,),
-    'temperature': (N.nvmlDeviceGetTemperature, N.NVML_TEMPERATURE_GPU),
-    'utilization': (N.nvmlDeviceGetUtilizationRates,),
-    'power_mw': (N.nvmlDeviceGetPowerUsage,),
-    'power_limit_mw': (N.nvmlDeviceGetEnforcedPowerLimit,),
-    'ecc_mode': (N.nvmlDeviceGetEccMode,),
-    'ecc_volatile_uncorrected': (N.nvmlDeviceGetTotalEccErrors,
-                                 N.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                                 N.NVML_VOLATILE_ECC),
-    'ecc_aggregate_uncorrected': (N.nvmlDeviceGetTotalEccErrors,
-                                  N.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                                  N.NVML_AGGREGATE_ECC),
-    'ecc_volatile_corrected': (N.nvmlDeviceGetTotalEccErrors,
-                               N.NVML_MEMORY_ERROR_TYPE_CORRECTED,
-                               N.NVML_VOLATILE_ECC),
-    'remapped_rows': (N.nvmlDeviceGetRemappedRows,),
-    'processes': (N.nvmlDeviceGetComputeRunningProcesses,),
-    'numa_node': (N.nvmlDeviceGetNumaNodeId,),
-    'persistence_mode': (N.nvmlDeviceGetPersistenceMode,),
-    'compute_mode': (N.nvmlDeviceGetComputeMode,),
-    'virtualization_mode': (N.nvmlDeviceGetVirtualizationMode,),
-    'clocks_event_reasons': (N.nvmlDeviceGetCurrentClocksEventReasons,),
-}
-
-
-def read_device(index):
-    handle = N.nvmlDeviceGetHandleByIndex(index)
-    out = {'index': index}
-    for key, (fn, *args) in READS.items():
-        out[key] = _call(fn, handle, *args)
-    out['nvlink_state'] = {str(link): _call(N.nvmlDeviceGetNvLinkState,
-                                            handle, link)
-                           for link in range(18)}
-    out['gi_profiles'] = []
-    for enum in range(N.NVML_GPU_INSTANCE_PROFILE_COUNT):
-        info = _call(N.nvmlDeviceGetGpuInstanceProfileInfo, handle, enum)
-        entry = {'enum': enum, 'info': info}
-        if 'error' not in info:
-            entry['placements'] = [{'start': s, 'size': z} for s, z in
-                                   placements(handle, info['id'])]
-            entry['remaining'] = N.nvmlDeviceGetGpuInstanceRemainingCapacity(
-                handle, info['id'])
-            entry['existing_gis'] = _existing(handle, info['id'])
-        out['gi_profiles'].append(entry)
-    return out
-
-
 # -- the fake's contract with pynvml --------------------------------------
 
 def test_private_pynvml_names_the_fake_patches_exist():
@@ -338,7 +246,12 @@ def test_h200_reproduces_the_real_capture(start):
     assert N.nvmlSystemGetNVMLVersion() == capture['nvml_version']
     assert N.nvmlSystemGetCudaDriverVersion() == \
         capture['cuda_driver_version']
-    fake = read_device(0)
+    # The capture tool itself, run over the fake, as it wrote its JSON.
+    taken = json.loads(json.dumps(nvml_capture.capture(), default=repr))
+    for key in ('driver_version', 'nvml_version', 'cuda_driver_version',
+                'topology_common_ancestor'):
+        assert taken[key] == capture[key], key
+    [fake] = taken['devices']
     assert set(fake) == set(real)
     for key in real:
         assert fake[key] == real[key], key

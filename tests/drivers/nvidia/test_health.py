@@ -9,8 +9,8 @@ import pynvml as N
 import pytest
 
 from cyborg.drivers.nvidia import backend as nvml
-from cyborg.drivers.nvidia import fake_sysfs
 from cyborg.drivers.nvidia import health
+from cyborg_emulators.nvidia import fake_sysfs
 
 GPU1 = '0000:1b:00.0'
 GPU2 = '0000:43:00.0'

@@ -8,7 +8,7 @@ import os
 from cyborg.conf import CONF
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import driver as nvidia
-from cyborg.drivers.nvidia import fake_sysfs
+from cyborg_emulators.nvidia import fake_sysfs
 
 FIXTURE = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
                        'fixtures', 'nvml', 'h200-real-driver-check.json')

@@ -1,5 +1,5 @@
 """NVML captures of real GPU models (the JSON of
-tools/capture_nvml_fixture.py): the fake NVML serves them, and the driver
+cyborg_emulators.nvidia.capture): the fake NVML serves them, and the driver
 takes the geometry of a GPU NVML cannot see (bound to vfio-pci since boot)
 from the capture of the same product."""
 

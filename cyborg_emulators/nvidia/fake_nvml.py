@@ -8,7 +8,7 @@ callable that takes the ctypes arguments the wrapper passes and returns an
 nvmlReturn_t.
 
 Static device data comes from model files (models/*.json, the output format
-of capture_nvml_fixture.py).  Any value a model records as an error is
+of cyborg_emulators.nvidia.capture).  Any value a model records as an error is
 returned as that error, so a capture from a real host reproduces its
 NotSupported matrix.  MIG geometry, instances, processes, ECC counters and
 events are simulated; the scenario methods on FakeNvml drive them.

@@ -30,8 +30,8 @@ import threading
 import uuid
 
 from cyborg.common import pci
-from cyborg.drivers.nvidia import fake_nvml
 from cyborg.drivers.nvidia import sysfs
+from cyborg_emulators.nvidia import fake_nvml
 
 NVIDIA_VENDOR = '0x10de'
 GPU_CLASS = '0x030200'  # 3D controller
