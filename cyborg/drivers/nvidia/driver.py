@@ -14,6 +14,10 @@ to the module of its concern, all sharing one state.HostState:
   deployable;
 - reclaim: resetting a GPU nobody owns;
 - telemetry and health: what metrics read, XID/ECC events.
+
+prepare() and release() choose the binding concern from the request and
+the handle; another way to bind a GPU (e.g. vGPU types on VFs) is one
+more module beside passthrough and mig_binding, chosen there.
 """
 
 from cyborg.conf import CONF
