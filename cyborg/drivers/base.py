@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The driver contract: every hook the agent and conductor call.
 
 A driver only describes and prepares hardware; it reports the records of
@@ -16,12 +17,14 @@ import abc
 
 class PrepareError(Exception):
     """A driver cannot prepare a handle; the message is the reason the ARQ
-    fails to bind (an expected outcome, not an agent fault)."""
+    fails to bind (an expected outcome, not an agent fault).
+    """
 
 
 class Unsupported(PrepareError):
     """The driver does not offer this operation (e.g. reclaim); the
-    message says so to the operator who asked for it."""
+    message says so to the operator who asked for it.
+    """
 
 
 class Driver(abc.ABC):
@@ -45,7 +48,8 @@ class Driver(abc.ABC):
         """Return the [cyborg.objects.device.Device] present on this host
         now. A driver may propose each device's `phase` and fill its
         `observations`; the agent settles the lifecycle
-        (cyborg.common.lifecycle) before reporting."""
+        (cyborg.common.lifecycle) before reporting.
+        """
 
     # Binding ---------------------------------------------------------------
 
@@ -54,7 +58,8 @@ class Driver(abc.ABC):
         """Which free handles of `deployable` (a DB row) suit a request
         group ({"resources:RC": "n", "trait:T": "required", ...}); the
         conductor takes the first it can claim. Called on the class: the
-        conductor has no devices. Default: any."""
+        conductor has no devices. Default: any.
+        """
         return handles
 
     def prepare(self, deployable_name, handle):
@@ -68,7 +73,8 @@ class Driver(abc.ABC):
 
     def release(self, deployable_name, handle):
         """Undo prepare() when the ARQ is unbound or deleted. Default:
-        nothing to undo."""
+        nothing to undo.
+        """
 
     # What the agent learns from the conductor, before each discovery -------
 
@@ -76,7 +82,8 @@ class Driver(abc.ABC):
         """The share modes operators set ({deployable name: {mode, slots}};
         mode 'none' or absent: not shared). Returns True when what the
         driver reports changes. Default: the driver shares nothing, so
-        nothing changes."""
+        nothing changes.
+        """
         return False
 
     def reconcile(self, prepared):
@@ -84,7 +91,8 @@ class Driver(abc.ABC):
         attach_info}]}), so that the driver can tell its own work from
         strangers' and re-make what a reboot undid. Returns (changed,
         {handle uuid: new attach info}): changed when the last discovery
-        is out of date. Default: (False, {}), nothing to re-make."""
+        is out of date. Default: (False, {}), nothing to re-make.
+        """
         return False, {}
 
     # Operator actions ------------------------------------------------------
@@ -93,14 +101,16 @@ class Driver(abc.ABC):
         """Reset a device that no binding or allocation holds (the agent
         has checked) back to a state it can be offered in. Returns what
         was done, as a sentence; raises PrepareError when it must not.
-        Default: Unsupported."""
+        Default: Unsupported.
+        """
         raise Unsupported('driver %s cannot reclaim devices' % self.name)
 
     # Service lifetime and observation --------------------------------------
 
     def start(self):
         """Start background work (event listeners) when the agent's
-        service starts. Default: none."""
+        service starts. Default: none.
+        """
 
     def stop(self):
         """Stop what start() started. Default: nothing to stop."""
@@ -108,5 +118,6 @@ class Driver(abc.ABC):
     def telemetry(self, address):
         """What a metrics scrape shows of the device at `address` (a dict
         of readings, cyborg.agent.metrics says which), or None when there
-        is nothing to read. Default: None."""
+        is nothing to read. Default: None.
+        """
         return None

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The driver contract (cyborg.drivers.base): the defaults do what their
 docstrings say, every hook the agent calls is declared there, and an
-agent runs a driver that writes nothing but discover()."""
+agent runs a driver that writes nothing but discover().
+"""
 
 import ast
 import inspect
@@ -82,7 +83,8 @@ def test_defaults_do_what_they_say():
 
 def test_unknown_driver_gets_the_defaults():
     """The conductor asks the class (it has no devices); a driver that is
-    no longer installed behaves as the base class."""
+    no longer installed behaves as the base class.
+    """
     handles = [{'uuid': 'a'}]
     assert drivers.handle_picker('no-such-driver')(
         {'name': ADDRESS}, {}, handles) == handles
@@ -93,7 +95,8 @@ def test_unknown_driver_gets_the_defaults():
 
 def _driver_hooks_called(module):
     """Attribute names the module reads off a driver: `drv.X` and
-    `self._driver(...).X`."""
+    `self._driver(...).X`.
+    """
     tree = ast.parse(inspect.getsource(module))
     names = set()
     for node in ast.walk(tree):

@@ -15,13 +15,13 @@ its hardware allows (phase).
 from oslo_log import log
 
 from cyborg.conf import CONF
-from cyborg.drivers import pci as pci_driver
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import geometry_cache
 from cyborg.drivers.nvidia import phase as phase_mod
 from cyborg.drivers.nvidia import resources
 from cyborg.drivers.nvidia import state as state_mod
 from cyborg.drivers.nvidia import sysfs as sysfs_mod
+from cyborg.drivers import pci as pci_driver
 from cyborg.objects import device as records
 
 LOG = log.getLogger(__name__)
@@ -31,7 +31,8 @@ def attach_handles(gpu, function):
     """The physical function for whole use; for MIG, one handle per
     instance the GPU can hold: its VFs when SR-IOV is on (what a
     hypervisor passes through for MIG-backed vGPU), else MDEV handles
-    whose MIG UUID serves non-VM consumers."""
+    whose MIG UUID serves non-VM consumers.
+    """
     handles = [records.AttachHandle('PCI', records.pci_info(gpu.address))]
     if not gpu.mig_capable:
         return handles
@@ -127,7 +128,8 @@ class Discovery:
 
     def _watched(self):
         """{address: Gpu} of the GPUs on nvidia that NVML has seen (their
-        health is watched; one missing from NVML is lost or returning)."""
+        health is watched; one missing from NVML is lost or returning).
+        """
         return {a: g for a, g in self.state.geometry.items()
                 if not g.uuid.startswith(geometry_cache.UNSEEN)
                 and self.state.sysfs.driver(a) == 'nvidia'}
@@ -139,7 +141,8 @@ class Discovery:
     def _watch_health(self, gpus):
         """XID/ECC events of the GPUs NVML sees, and a health probe of
         every GPU we know on nvidia (a lost one included: that is how it
-        comes back)."""
+        comes back).
+        """
         if not CONF.nvidia.health_events:
             return
         health = self.state.health
@@ -152,7 +155,8 @@ class Discovery:
 
     def _not_ours(self, function):
         """A GPU that someone else manages must not be offered twice: one
-        in Nova's [pci] device_spec, or one carved into vGPUs (mdevs)."""
+        in Nova's [pci] device_spec, or one carved into vGPUs (mdevs).
+        """
         address = function['address']
         reason = None
         if function['mdevs']:

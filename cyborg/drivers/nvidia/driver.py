@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The `nvidia` accelerator driver: one deployable per physical GPU.
 
 The entry point (cyborg.accelerator.driver `nvidia`). It holds no logic
@@ -118,7 +119,8 @@ class NvidiaDriver(base.Driver):
 
     def reclaim(self, address):
         """Reset a device nobody owns: destroy its MIG instances, hand it
-        back to the nvidia driver, forget its faults."""
+        back to the nvidia driver, forget its faults.
+        """
         return reclaim_mod.reclaim(self.state, self.mig, address)
 
     def telemetry(self, address):

@@ -32,7 +32,8 @@ def gpu_from_json(data):
 
 def shipped(function):
     """Geometry of a GPU NVML cannot see (bound to vfio-pci since boot),
-    from the shipped capture of the same product, if there is one."""
+    from the shipped capture of the same product, if there is one.
+    """
     model = models.by_product_id(function.get('product'))
     if model is None:
         return None
@@ -56,7 +57,8 @@ class GeometryCache:
 
     def remember(self, gpu):
         """What NVML says now of a GPU; saved when its identity or MIG
-        profiles changed."""
+        profiles changed.
+        """
         before = self._gpus.get(gpu.address)
         self._gpus[gpu.address] = gpu
         if CONF.nvidia.geometry_cache and (

@@ -70,7 +70,8 @@ class MigBinding:
         [handle {uuid, attach_info}]}, GPU deployables only); re-create
         those a reboot destroyed. Returns (changed, {handle uuid: new
         attach info}): changed when what the last discovery reported is
-        out of date."""
+        out of date.
+        """
         updates = {}
         claimed = {}
         for address, handles in prepared.items():
@@ -117,7 +118,8 @@ class MigBinding:
 
     def prepare(self, gpu, group, info):
         """Create (or find again) the instance a request group asks for;
-        its attach info updates. The caller holds the GPU's lock."""
+        its attach info updates. The caller holds the GPU's lock.
+        """
         vector = resources.request_vector(group)
         if not gpu.mig_capable:
             raise base.PrepareError('GPU %s (%s) does not support MIG'
@@ -170,7 +172,8 @@ class MigBinding:
 
     def ensure_mig_mode(self, gpu):
         """Turn MIG mode on where [nvidia] enable_mig_on_demand allows and
-        it takes effect at once; PrepareError otherwise."""
+        it takes effect at once; PrepareError otherwise.
+        """
         if gpu.mig_current == 1:
             return
         if gpu.mig_pending == 1:
@@ -198,7 +201,8 @@ class MigBinding:
 
     def release(self, address, info):
         """Destroy the instance a binding recorded. The caller holds the
-        GPU's lock."""
+        GPU's lock.
+        """
         gpu = self.state.geometry.get(address)
         if gpu is None:
             return

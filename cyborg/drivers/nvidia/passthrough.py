@@ -32,7 +32,8 @@ class Passthrough:
     def prepare(self, gpu):
         """Put the GPU on the passthrough driver; the attach info updates
         (the driver to restore at unbind). The caller holds the GPU's
-        lock."""
+        lock.
+        """
         sysfs = self.state.sysfs
         target = CONF.nvidia.passthrough_driver
         current = sysfs.driver(gpu.address)
@@ -61,7 +62,8 @@ class Passthrough:
 
     def release(self, address, restore_driver):
         """Give the GPU back to the driver prepare() took it from. The
-        caller holds the GPU's lock."""
+        caller holds the GPU's lock.
+        """
         self.state.sysfs.rebind(address, restore_driver)
         self.state.backend.refresh()
         LOG.info('GPU %s returned to %s', address, restore_driver)

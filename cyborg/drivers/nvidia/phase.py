@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """A GPU's mode and the phase its hardware allows, with the conditions
 that say why (the lifecycle rules the agent settles are in
-cyborg.common.lifecycle)."""
+cyborg.common.lifecycle).
+"""
 
 from cyborg.common import lifecycle
 from cyborg.conf import CONF
@@ -18,7 +19,8 @@ def mode(driver):
 
 def phase(health, gpu, mode):
     """(phase, [condition]) of a GPU in `mode`; `health` gives the
-    verdict of a GPU NVML watches."""
+    verdict of a GPU NVML watches.
+    """
     if mode == 'Unbound':
         return 'Pending', [lifecycle.condition(
             'DriverReady', 'False', 'NoDriver',

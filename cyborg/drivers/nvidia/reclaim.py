@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Reclaiming a GPU nobody owns: destroy its MIG instances, hand it back
 to the nvidia driver, forget its faults. The agent has checked that no
-claim or allocation holds it; processes are checked here."""
+claim or allocation holds it; processes are checked here.
+"""
 
 from cyborg.drivers import base
 from cyborg.drivers.nvidia import backend as nvml
@@ -10,7 +11,8 @@ from cyborg.drivers.nvidia import sysfs as sysfs_mod
 
 def reclaim(state, mig_binding, address):
     """Returns what was done, as a sentence; raises PrepareError when it
-    must not."""
+    must not.
+    """
     with state.locks[address]:
         done = []
         if state.sysfs.driver(address) != 'nvidia':

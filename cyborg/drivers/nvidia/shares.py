@@ -34,7 +34,8 @@ def share_address(deployable_name):
 
 def _framebuffer_mb(vgpu_type):
     """MiB of a vGPU type: `framebuffer=NNNNM` in its description, else
-    the GB size at the end of its name ('GRID H200-18C' → 18432)."""
+    the GB size at the end of its name ('GRID H200-18C' → 18432).
+    """
     m = _FRAMEBUFFER.search(vgpu_type.get('description') or '')
     if m:
         return int(m.group(1))
@@ -62,7 +63,8 @@ class Shares:
 
     def set_modes(self, modes):
         """The share modes operators asked for ({address: {mode, slots}};
-        absent or mode 'none': no share pool). True when it changes."""
+        absent or mode 'none': no share pool). True when it changes.
+        """
         wanted = {a: {'mode': m['mode'], 'slots': int(m.get('slots') or 10)}
                   for a, m in modes.items()
                   if m and m.get('mode') in resources.SHARE_MODES}
@@ -73,7 +75,8 @@ class Shares:
     def reconcile(self, prepared):
         """How many share handles bindings hold per GPU, from what the
         conductor says is bound ({deployable name: [handle]}). True when
-        it changed."""
+        it changed.
+        """
         bound = {share_address(name): len(handles)
                  for name, handles in prepared.items()
                  if share_address(name) and handles}
@@ -84,7 +87,8 @@ class Shares:
     def deployable(self, gpu, mode, gpu_traits):
         """The `_share` deployable of a GPU in a share mode (or one that
         left it while bindings still hold shares: then fully reserved), and
-        what the agent needs to know: {mode, slots, ready, draining, why}."""
+        what the agent needs to know: {mode, slots, ready, draining, why}.
+        """
         wanted = self._modes.get(gpu.address)
         bound = self._bound.get(gpu.address, 0)
         if wanted is None and not bound:
@@ -128,7 +132,8 @@ class Shares:
         """What a share grants; Placement already counted it against the
         pool. Nothing is made on the GPU: MPS/time-slice consumers enforce
         (or not) their limits themselves. For VMs, the smallest vGPU type
-        that holds the memory (when the host has the vGPU manager)."""
+        that holds the memory (when the host has the vGPU manager).
+        """
         wanted = self._modes.get(address)
         if wanted is None:
             raise base.PrepareError('GPU %s is not in a share mode'

@@ -32,7 +32,8 @@ class HostState:
 
     def live(self, gpu):
         """The GPU as NVML sees it now (remembered); PrepareError when
-        NVML cannot see it."""
+        NVML cannot see it.
+        """
         for now in self.backend.gpus():
             if now.address == gpu.address:
                 self.geometry.remember(now)
@@ -43,7 +44,8 @@ class HostState:
 
 def slots(gpu, instances):
     """The instances of profiles the GPU lists, as the allocator sees
-    them."""
+    them.
+    """
     by_id = {p.id: p for p in gpu.profiles}
     return [mig.Slot(i.profile_id, i.start, i.size) for i in instances
             if i.profile_id in by_id]

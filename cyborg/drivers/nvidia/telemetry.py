@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What a metrics scrape shows of a GPU: the backend's readings plus its
-MIG instances, each with the processes NVML attributes to it."""
+MIG instances, each with the processes NVML attributes to it.
+"""
 
 from oslo_log import log
 
@@ -12,7 +13,8 @@ LOG = log.getLogger(__name__)
 def telemetry(state, address):
     """The readings of the GPU at `address` and its MIG instances with
     their processes and summed memory. None when NVML cannot see the GPU
-    (vfio-pci, not known, NVML down, GPU lost)."""
+    (vfio-pci, not known, NVML down, GPU lost).
+    """
     gpu = state.geometry.get(address)
     if gpu is None or state.sysfs.driver(address) != 'nvidia':
         return None
