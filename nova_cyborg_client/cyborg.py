@@ -1,220 +1,208 @@
-"""The accelerator (Cyborg v2) client, as Nova's nova.accelerator.cyborg.
+# SPDX-License-Identifier: Apache-2.0
+"""The accelerator calls Nova makes, under the names Nova's code uses.
 
-Same functions, REST calls, bodies, exceptions and messages as Nova: no
-microversion header is ever sent (the service answers at its base 2.0),
-HTTP errors do not raise inside keystoneauth (raise_exc=False) and become
-the exceptions below, and the caller's token is used.
+What is kept from Nova's `nova.accelerator.cyborg`, as facts of the
+interface: the module functions and `_CyborgClient` methods below, the
+requests each one sends (paths, query parameters, JSON bodies; no
+microversion header), and the exceptions callers catch
+(DeviceProfileError, AcceleratorRequestOpFailed,
+AcceleratorRequestBindingFailed). How the calls are made is ours: every
+request goes through cyborg_http.AcceleratorAPI.request(), whose typed
+errors (cyborg_http.CyborgError and its subclasses) are turned into
+those exceptions here, with the service's reason in the message and the
+typed error as __cause__.
 """
 
-from keystoneauth1 import exceptions as ks_exc
-from keystoneauth1 import loading as ks_loading
 from oslo_log import log
 
-from nova_cyborg_client import conf as nova_conf
+from nova_cyborg_client import cyborg_http
 from nova_cyborg_client import exception
 from nova_cyborg_client import scheduler
 
 LOG = log.getLogger(__name__)
 
-RESOLVED_STATES = ('Bound', 'BindFailed', 'Deleting')
+PROFILES = '/device_profiles'
+ARQS = '/accelerator_requests'
+# The states get_arqs_for_instance(only_resolved=True) keeps: binding is
+# over, one way or the other (filtered here, not by the service).
+RESOLVED_STATES = frozenset(('Bound', 'BindFailed', 'Deleting'))
 
+
+# -- helpers Nova's scheduler, conductor and compute code call ----------------
 
 def get_client(context):
     return _CyborgClient(context)
 
 
 def get_device_profile_group_requester_id(dp_group_id, owner=None):
-    """`device_profile_<index>`, the port uuid appended (no separator) for
-    a port's profile."""
-    return 'device_profile_' + str(dp_group_id) + (str(owner) if owner
-                                                   else '')
+    """The request group name of a profile group: `device_profile_<i>`,
+    followed directly by the port's uuid for a port's profile."""
+    return 'device_profile_%s%s' % (dp_group_id, owner or '')
 
 
 def get_arq_pci_device_profile(arq):
-    """The Neutron binding:profile entries of a port's ARQ."""
+    """A port ARQ's entries for the Neutron port's binding:profile."""
     info = arq['attach_handle_info']
-    return {
-        'physical_network': info['physical_network'],
-        'pci_slot': '%s:%s:%s.%s' % (info['domain'], info['bus'],
-                                     info['device'], info['function']),
-        'arq_uuid': arq['uuid'],
-    }
+    slot = '{domain}:{bus}:{device}.{function}'.format(**info)
+    return {'physical_network': info['physical_network'],
+            'pci_slot': slot, 'arq_uuid': arq['uuid']}
 
 
 def get_device_profile_request_groups(context, dp_name, owner=None):
-    cyclient = get_client(context)
-    dp_groups = cyclient.get_device_profile_groups(dp_name)
-    return cyclient.get_device_request_groups(dp_groups, owner)
+    client = get_client(context)
+    return client.get_device_request_groups(
+        client.get_device_profile_groups(dp_name), owner)
 
 
 def get_device_amount_of_dp_groups(dp_groups):
-    """Devices a profile asks for: the sum of its resources amounts."""
-    count = 0
+    """How many devices the groups ask for: their resources* amounts."""
+    total = 0
     for group in dp_groups:
-        for key, val in group.items():
+        for key, value in group.items():
             match = scheduler.XS_KEYPAT.match(key)
-            if match and match.group(1) == 'resources':
-                count += int(val)
-    return count
+            if match is not None and match.group(1) == 'resources':
+                total += int(value)
+    return total
 
+
+# -- the client ------------------------------------------------------------
 
 class _CyborgClient:
-    DEVICE_PROFILE_URL = '/device_profiles'
-    ARQ_URL = '/accelerator_requests'
+    """One caller's view of the accelerator API (the context's token)."""
 
     def __init__(self, context, conf=None):
-        conf = conf or nova_conf.CONF
-        auth = context.get_auth_plugin()
-        session = ks_loading.load_session_from_conf_options(
-            conf, nova_conf.CYBORG_GROUP, auth=auth)
-        self._client = ks_loading.load_adapter_from_conf_options(
-            conf, nova_conf.CYBORG_GROUP, session=session, auth=auth,
-            min_version=None, max_version=None, raise_exc=False)
+        self._api = cyborg_http.AcceleratorAPI(context, conf)
 
-    def _call_cyborg(self, func, *args, **kwargs):
-        resp = err_msg = None
-        try:
-            resp = func(*args, **kwargs)
-            if not resp:
-                err_msg = 'Invalid response from Cyborg: ' + str(resp)
-        except ks_exc.ClientException as exc:
-            err_msg = 'Could not communicate with Cyborg.'
-            LOG.exception('%s: %s', err_msg, str(exc))
-        return resp, err_msg
+    # device profiles
 
     def _get_device_profile_list(self, dp_name):
-        resp, err_msg = self._call_cyborg(
-            self._client.get, self.DEVICE_PROFILE_URL,
-            params={'name': dp_name})
-        if err_msg:
-            raise exception.DeviceProfileError(name=dp_name, msg=err_msg)
-        return resp.json().get('device_profiles')
+        try:
+            body = self._api.request('GET', PROFILES,
+                                     params={'name': dp_name})
+        except cyborg_http.CyborgError as err:
+            raise exception.DeviceProfileError(name=dp_name,
+                                               msg=str(err)) from err
+        return (body or {}).get('device_profiles')
 
     def get_device_profile_groups(self, dp_name):
         """The groups (list of dicts) of the one profile named dp_name."""
-        dp_list = self._get_device_profile_list(dp_name)
-        if not dp_list:
-            raise exception.DeviceProfileError(
-                name=dp_name, msg='Expected 1 device profile but got nothing.')
-        if len(dp_list) != 1:
+        found = self._get_device_profile_list(dp_name) or []
+        if len(found) != 1:
             raise exception.DeviceProfileError(
                 name=dp_name,
-                msg='Expected 1 device profile but got %s.' % len(dp_list))
-        return dp_list[0]['groups']
+                msg='expected one device profile of that name, the '
+                    'accelerator service has %d' % len(found))
+        return found[0]['groups']
 
     def get_device_request_groups(self, dp_groups, owner=None):
-        """One request group per profile group, in profile order; keys
-        other than resources*/trait* (accel:*) are ignored, and a key's own
-        suffix is dropped."""
-        request_groups = []
-        for dp_group_id, dp_group in enumerate(dp_groups):
+        """A scheduler request group per profile group, in order. Only
+        resources*/trait* keys count (accel:* is the service's business);
+        the key's own numeric suffix is dropped, the group's requester id
+        names it."""
+        groups = []
+        for index, dp_group in enumerate(dp_groups):
             group = scheduler.RequestGroup(
-                requester_id=get_device_profile_group_requester_id(
-                    dp_group_id, owner))
-            for key, val in dp_group.items():
-                scheduler.parse_extra_spec(group, key, val)
-            request_groups.append(group)
-        return request_groups
+                requester_id=get_device_profile_group_requester_id(index,
+                                                                   owner))
+            for key, value in dp_group.items():
+                scheduler.parse_extra_spec(group, key, value)
+            groups.append(group)
+        return groups
 
-    def _create_arqs(self, dp_name):
-        resp, err_msg = self._call_cyborg(
-            self._client.post, self.ARQ_URL,
-            json={'device_profile_name': dp_name})
-        if err_msg:
-            raise exception.AcceleratorRequestOpFailed(op='create',
-                                                       msg=err_msg)
-        return resp.json().get('arqs')
+    # accelerator requests
+
+    def _arq_call(self, op, method, path, detail=None, **kwargs):
+        """request(), with a failure raised as AcceleratorRequestOpFailed
+        (`op` names the operation; `detail`, if given, says on what)."""
+        try:
+            return self._api.request(method, path, **kwargs)
+        except cyborg_http.CyborgError as err:
+            msg = str(err) if detail is None else '%s (%s)' % (err, detail)
+            raise exception.AcceleratorRequestOpFailed(op=op,
+                                                       msg=msg) from err
 
     def create_arqs(self, dp_name):
+        """ARQs for every device the profile asks for (state Initial)."""
         LOG.info('Creating ARQs for device profile %s', dp_name)
-        arqs = self._create_arqs(dp_name)
+        body = self._arq_call('create', 'POST', ARQS,
+                              'device profile %s' % dp_name,
+                              body={'device_profile_name': dp_name})
+        arqs = (body or {}).get('arqs')
         if not arqs:
             raise exception.AcceleratorRequestOpFailed(
-                op='create', msg='device profile name %s' % dp_name)
+                op='create', msg='the accelerator service made none for '
+                                 'device profile %s' % dp_name)
         return arqs
 
+    def get_arq_device_rp_uuid(self, arq, rg_rp_map, owner):
+        """The provider the ARQ's request group was allocated from."""
+        group = get_device_profile_group_requester_id(
+            arq['device_profile_group_id'], owner)
+        return rg_rp_map[group][0]
+
     def create_arqs_and_match_resource_providers(self, dp_name, rg_rp_map):
-        """Create the profile's ARQs and set each one's device_rp_uuid to
-        the provider its group was allocated from (KeyError if missing)."""
+        """create_arqs, each ARQ's device_rp_uuid set from rg_rp_map
+        (KeyError when its group has no allocation)."""
         arqs = self.create_arqs(dp_name)
         for arq in arqs:
             arq['device_rp_uuid'] = self.get_arq_device_rp_uuid(
                 arq, rg_rp_map, owner=None)
         return arqs
 
-    def get_arq_device_rp_uuid(self, arq, rg_rp_map, owner):
-        requester_id = get_device_profile_group_requester_id(
-            arq['device_profile_group_id'], owner)
-        return rg_rp_map[requester_id][0]
-
     def bind_arqs(self, bindings):
-        """Bind all of an instance's ARQs in one PATCH.
+        """Ask the service to bind ARQs, all in one PATCH.
 
         bindings: {arq_uuid: {"hostname", "device_rp_uuid",
-        "instance_uuid"}} (that order). The service binds asynchronously;
-        the outcome arrives as accelerator-request-bound events.
+        "instance_uuid"}}; each field becomes an `add` operation, in the
+        order given. Binding itself is asynchronous: its outcome comes as
+        accelerator-request-bound events.
         """
-        LOG.info('Binding ARQs.')
-        patch_list = {}
-        for arq_uuid, binding in bindings.items():
-            patch_list[arq_uuid] = [
-                {'path': '/' + field, 'op': 'add', 'value': value}
-                for field, value in binding.items()]
-        resp, err_msg = self._call_cyborg(self._client.patch, self.ARQ_URL,
-                                          json=patch_list)
-        if err_msg:
-            arq_uuids = list(bindings.keys())
-            err_msg = (err_msg + ' Binding failed for ARQ UUIDs: '
-                       + ','.join(arq_uuids))
-            raise exception.AcceleratorRequestBindingFailed(arqs=arq_uuids,
-                                                            msg=err_msg)
+        LOG.info('Binding ARQs %s', ', '.join(bindings))
+        patch = {uuid: [{'path': '/%s' % field, 'op': 'add', 'value': value}
+                        for field, value in fields.items()]
+                 for uuid, fields in bindings.items()}
+        try:
+            self._api.request('PATCH', ARQS, body=patch)
+        except cyborg_http.CyborgError as err:
+            uuids = list(bindings)
+            raise exception.AcceleratorRequestBindingFailed(
+                arqs=uuids, msg='%s (ARQs %s)' % (err, ','.join(uuids))
+            ) from err
 
     def get_arqs_for_instance(self, instance_uuid, only_resolved=False):
-        """The instance's ARQs; with only_resolved, those in Bound,
-        BindFailed or Deleting (filtered here, as Nova does)."""
-        resp, err_msg = self._call_cyborg(
-            self._client.get, self.ARQ_URL,
-            params={'instance': instance_uuid})
-        if err_msg:
-            raise exception.AcceleratorRequestOpFailed(
-                op='get', msg=err_msg + ' Instance %s' % instance_uuid)
-        arqs = resp.json().get('arqs')
+        """The instance's ARQs (at least one, or AcceleratorRequestOpFailed);
+        with only_resolved, those whose binding is over."""
+        body = self._arq_call('get', 'GET', ARQS,
+                              'instance %s' % instance_uuid,
+                              params={'instance': instance_uuid})
+        arqs = (body or {}).get('arqs')
         if not arqs:
             raise exception.AcceleratorRequestOpFailed(
-                op='get', msg='Cyborg returned no accelerator requests for '
+                op='get', msg='the accelerator service has none for '
                               'instance %s' % instance_uuid)
         if only_resolved:
-            arqs = [arq for arq in arqs if arq['state'] in RESOLVED_STATES]
+            return [arq for arq in arqs if arq['state'] in RESOLVED_STATES]
         return arqs
-
-    def get_arq_by_uuid(self, arq_uuid):
-        resp, err_msg = self._call_cyborg(
-            self._client.get, '%s/%s' % (self.ARQ_URL, arq_uuid))
-        if err_msg:
-            raise exception.AcceleratorRequestOpFailed(
-                op='get', msg=err_msg + ' ARQ: %s' % arq_uuid)
-        return resp.json()
-
-    def delete_arqs_for_instance(self, instance_uuid):
-        """Delete (the service unbinds first) every ARQ of the instance;
-        deleting none is fine."""
-        resp, err_msg = self._call_cyborg(
-            self._client.delete, self.ARQ_URL,
-            params={'instance': instance_uuid})
-        if err_msg:
-            raise exception.AcceleratorRequestOpFailed(
-                op='delete', msg=err_msg + ' Instance %s' % instance_uuid)
-
-    def delete_arqs_by_uuid(self, arq_uuids):
-        """Delete ARQs by uuid; failures (e.g. one already gone) are only
-        logged."""
-        arq_uuid_str = ','.join(arq_uuids)
-        resp, err_msg = self._call_cyborg(
-            self._client.delete, self.ARQ_URL,
-            params={'arqs': arq_uuid_str})
-        if err_msg:
-            LOG.error('Failed to delete ARQs %s', arq_uuid_str)
 
     def get_arq_uuids_for_instance(self, instance):
         return [arq['uuid']
                 for arq in self.get_arqs_for_instance(instance.uuid)]
+
+    def get_arq_by_uuid(self, arq_uuid):
+        return self._arq_call('get', 'GET', '%s/%s' % (ARQS, arq_uuid))
+
+    def delete_arqs_for_instance(self, instance_uuid):
+        """Delete every ARQ of the instance (the service unbinds them
+        first); an instance without ARQs is no error."""
+        self._arq_call('delete', 'DELETE', ARQS,
+                       'instance %s' % instance_uuid,
+                       params={'instance': instance_uuid})
+
+    def delete_arqs_by_uuid(self, arq_uuids):
+        """Delete ARQs by uuid, best effort: a failure (one already gone,
+        the service down) is logged, not raised."""
+        joined = ','.join(arq_uuids)
+        try:
+            self._api.request('DELETE', ARQS, params={'arqs': joined})
+        except cyborg_http.CyborgError as err:
+            LOG.error('Failed to delete ARQs %s: %s', joined, err)

@@ -42,7 +42,8 @@ def point_at(conf, api=None, placement=None):
 
 class StubCyborg:
     """Answers from `routes` {(METHOD, path): (status, body) or
-    callable(request) -> (status, body)}; records every request."""
+    callable(request) -> (status, body)}, body JSON-encoded unless bytes;
+    records every request."""
 
     def __init__(self):
         self.routes = {}
@@ -70,7 +71,12 @@ class StubCyborg:
         if callable(answer):
             answer = answer(request)
         status, body = answer
-        data = b'' if body is None else json.dumps(body).encode()
+        if body is None:
+            data = b''
+        elif isinstance(body, bytes):   # sent as it is
+            data = body
+        else:
+            data = json.dumps(body).encode()
         start_response('%d X' % status,
                        [('Content-Type', 'application/json'),
                         ('Content-Length', str(len(data)))])

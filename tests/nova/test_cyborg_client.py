@@ -42,12 +42,15 @@ def test_profile_groups_and_request_groups(cyborg_api):
 def test_unknown_profile(cyborg_api):
     with pytest.raises(exception.DeviceProfileError) as e:
         _client().get_device_profile_groups('nope')
-    assert str(e.value) == ('Device profile name nope: Expected 1 device '
-                            'profile but got nothing.')
+    assert str(e.value) == (
+        'Device profile name nope: expected one device profile of that '
+        'name, the accelerator service has 0')
     with pytest.raises(exception.AcceleratorRequestOpFailed) as e:
         _client().create_arqs('nope')
-    assert str(e.value) == ('Failed to create accelerator requests: Invalid '
-                            'response from Cyborg: <Response [404]>')
+    assert str(e.value) == (
+        'Failed to create accelerator requests: POST /accelerator_requests: '
+        'HTTP 404: Device Profile not found with name=nope (device '
+        'profile nope)')
 
 
 def test_create_and_match_multi_group(cyborg_api):
@@ -86,16 +89,17 @@ def test_bind_get_and_delete_by_instance(cyborg_api):
                           for a in more})
     assert e.value.arqs == [a['uuid'] for a in more]
     assert str(e.value) == (
-        'Failed to bind accelerator requests: Invalid response from Cyborg: '
-        '<Response [400]> Binding failed for ARQ UUIDs: '
-        + ','.join(a['uuid'] for a in more))
+        'Failed to bind accelerator requests: PATCH /accelerator_requests: '
+        "HTTP 400: Couldn't apply patch. Reason: Instance %s already has "
+        'accelerator requests. Cannot bind additional ARQs. (ARQs %s)'
+        % (instance, ','.join(a['uuid'] for a in more)))
     client.delete_arqs_for_instance(instance)
     client.delete_arqs_for_instance(instance)  # idempotent
     with pytest.raises(exception.AcceleratorRequestOpFailed) as e:
         client.get_arqs_for_instance(instance)
-    assert str(e.value) == ('Failed to get accelerator requests: Cyborg '
-                            'returned no accelerator requests for instance '
-                            '%s' % instance)
+    assert str(e.value) == ('Failed to get accelerator requests: the '
+                            'accelerator service has none for instance %s'
+                            % instance)
 
 
 def test_delete_by_uuid_only_logs(cyborg_api, caplog):
@@ -109,9 +113,10 @@ def test_delete_by_uuid_only_logs(cyborg_api, caplog):
     assert 'Failed to delete ARQs %s' % arq['uuid'] in caplog.text
     with pytest.raises(exception.AcceleratorRequestOpFailed) as e:
         client.get_arq_by_uuid(arq['uuid'])
-    assert str(e.value) == ('Failed to get accelerator requests: Invalid '
-                            'response from Cyborg: <Response [404]> ARQ: %s'
-                            % arq['uuid'])
+    assert str(e.value) == (
+        'Failed to get accelerator requests: GET /accelerator_requests/%s: '
+        'HTTP 404: ExtArq not found with uuid=%s' % (arq['uuid'],
+                                                     arq['uuid']))
 
 
 def test_unreachable(conf, caplog):
@@ -119,12 +124,16 @@ def test_unreachable(conf, caplog):
                       group='cyborg')
     with pytest.raises(exception.DeviceProfileError) as e:
         _client().get_device_profile_groups('x')
-    assert str(e.value) == ('Device profile name x: Could not communicate '
-                            'with Cyborg.')
+    assert str(e.value).startswith(
+        'Device profile name x: GET /device_profiles: could not reach the '
+        'accelerator service (Unable to establish connection to '
+        'http://127.0.0.1:9/v2/device_profiles')
     with pytest.raises(exception.AcceleratorRequestOpFailed) as e:
         _client().delete_arqs_for_instance('i')
-    assert str(e.value) == ('Failed to delete accelerator requests: Could '
-                            'not communicate with Cyborg. Instance i')
+    assert str(e.value).startswith(
+        'Failed to delete accelerator requests: DELETE '
+        '/accelerator_requests: could not reach the accelerator service (')
+    assert str(e.value).endswith(' (instance i)')
 
 
 # -- against the stub ---------------------------------------------------------
@@ -168,12 +177,13 @@ def test_profile_count_and_missing_key(stub):
     stub.routes[('GET', '/device_profiles')] = (
         200, {'device_profiles': [{'groups': []}, {'groups': []}]})
     with pytest.raises(exception.DeviceProfileError,
-                       match='^Device profile name dp: Expected 1 device '
-                             'profile but got 2.$'):
+                       match='^Device profile name dp: expected one device '
+                             'profile of that name, the accelerator service '
+                             'has 2$'):
         _client().get_device_profile_groups('dp')
     assert stub.requests[-1]['query'] == 'name=dp'
     stub.routes[('GET', '/device_profiles')] = (200, {})
-    with pytest.raises(exception.DeviceProfileError, match='got nothing'):
+    with pytest.raises(exception.DeviceProfileError, match='service has 0'):
         _client().get_device_profile_groups('dp')
 
 
@@ -181,8 +191,9 @@ def test_create_answering_no_arqs(stub):
     stub.routes[('POST', '/accelerator_requests')] = (201, {'arqs': []})
     with pytest.raises(exception.AcceleratorRequestOpFailed) as e:
         _client().create_arqs('dp')
-    assert str(e.value) == ('Failed to create accelerator requests: device '
-                            'profile name dp')
+    assert str(e.value) == ('Failed to create accelerator requests: the '
+                            'accelerator service made none for device '
+                            'profile dp')
     assert stub.requests[-1]['json'] == {'device_profile_name': 'dp'}
 
 
@@ -203,9 +214,9 @@ def test_only_resolved_filters_client_side(stub):
     stub.routes[('GET', '/accelerator_requests')] = (500, {})
     with pytest.raises(exception.AcceleratorRequestOpFailed) as e:
         client.get_arqs_for_instance('i')
-    assert str(e.value) == ('Failed to get accelerator requests: Invalid '
-                            'response from Cyborg: <Response [500]> '
-                            'Instance i')
+    assert str(e.value) == ('Failed to get accelerator requests: GET '
+                            '/accelerator_requests: HTTP 500: {} (instance '
+                            'i)')
 
 
 def test_delete_queries(stub):

@@ -167,8 +167,9 @@ def test_multi_group_profile(stack):
 
 def test_unknown_profile(stack):
     error = _boot_failure(stack, _runner(stack), _flavor('no-such-profile'))
-    assert str(error) == ('Device profile name no-such-profile: Expected 1 '
-                          'device profile but got nothing.')
+    assert str(error) == ('Device profile name no-such-profile: expected '
+                          'one device profile of that name, the accelerator '
+                          'service has 0')
 
 
 def test_no_candidate(stack):
@@ -290,8 +291,9 @@ def test_bind_refused(stack):
     with pytest.raises(flow.FlowError) as e:
         _runner(stack).boot(_flavor(name), instance_uuid=instance)
     assert str(e.value).startswith(
-        'Failed to bind accelerator requests: Invalid response from Cyborg: '
-        '<Response [400]> Binding failed for ARQ UUIDs: ')
+        'Failed to bind accelerator requests: PATCH /accelerator_requests: '
+        "HTTP 400: Couldn't apply patch. Reason: Instance %s already has "
+        'accelerator requests.' % instance)
     _assert_gone(stack, instance)
     resp = requests.get(stack.api + '/accelerator_requests/' + old,
                         timeout=10)

@@ -9,6 +9,7 @@ import webob
 from cyborg.api import app as api_app
 from cyborg.conf import CONF
 from cyborg.db import host_inventory
+from tools.nova_functional import run
 from tools.nova_functional import seeding
 from tools.nova_functional import service
 
@@ -64,3 +65,54 @@ def test_device_profiles_are_accepted_by_our_api(sqlite_database):
         '/v2/device_profiles?name=fakedev-dp').get_response(app)
     groups = listed.json_body['device_profiles'][0]['groups']
     assert groups == [{'resources:FPGA': '1', 'trait:' + TRAIT: 'required'}]
+
+
+# -- the runner's bookkeeping (tools/nova_functional/run.py) ----------------
+
+def _rows(*outcomes):
+    return [{'test': 't%d' % i, 'outcome': o, 'seconds': 1.0, 'reason': ''}
+            for i, o in enumerate(outcomes)]
+
+
+def test_summary_line_counts_each_outcome():
+    summary = run.summarize(_rows('pass', 'pass', 'error', 'fail'),
+                            baseline=False, seconds=12.4)
+    assert (summary['passed'], summary['total']) == (2, 4)
+    assert summary['line'] == ('summary: 2/4 pass (error 1, fail 1) with '
+                               'our service in 12 s')
+    summary = run.summarize(_rows('pass'), baseline=True, seconds=3)
+    assert summary['line'] == ("summary: 1/1 pass with Nova's "
+                               "CyborgFixture in 3 s")
+
+
+def test_summary_counts_tests_without_a_result_as_not_passed():
+    # A worker that died leaves its tests without rows.
+    summary = run.summarize(_rows('pass', 'pass'), baseline=False,
+                            seconds=1, expected=5)
+    assert (summary['passed'], summary['total']) == (2, 5)
+    assert summary['line'] == ('summary: 2/5 pass (no result 3) with our '
+                               'service in 1 s')
+
+
+def test_summary_says_what_passed_only_when_run_again():
+    rows = _rows('pass', 'pass', 'error')
+    rows[1]['first_outcome'] = 'fail'
+    rows[2]['first_outcome'] = 'error'
+    summary = run.summarize(rows, baseline=False, seconds=1)
+    assert summary['line'] == ('summary: 2/3 pass (error 1, 2 rerun, 1 of '
+                               'them passed) with our service in 1 s')
+
+
+def test_shards_cover_every_test_once():
+    ids = ['c.%02d' % i for i in range(56)]
+    shards = [run.shard_of(ids, i, 3) for i in range(3)]
+    assert sorted(sum(shards, [])) == sorted(ids)
+    assert [len(shard) for shard in shards] == [19, 19, 18]
+
+
+def test_pinned_requirements_hold_nova_and_no_package_of_ours():
+    with open(run.REQUIREMENTS) as f:
+        pins = [line.strip() for line in f if line.strip()]
+    assert 'nova==34.0.0' in pins
+    assert all('==' in pin for pin in pins), pins
+    assert not [pin for pin in pins if pin.startswith(('cyborg', '-e'))]
