@@ -1,10 +1,12 @@
 """The Nova side of accelerators: what Nova's compute API, scheduler,
 conductor, compute manager and libvirt driver do with a flavor's
 `accel:device_profile`, with real Nova's wire behaviour (names, bodies,
-messages), so it can stand in for Nova against our service or Cyborg.
+exceptions), so it can stand in for Nova against our service or Cyborg.
 
 Modules, in the order a boot uses them:
-  cyborg     – the accelerator client (device profiles, ARQs, bind, delete)
+  cyborg     – the accelerator calls Nova makes (device profiles, ARQs,
+              bind, delete), under Nova's names
+  cyborg_http – their one request helper and its typed HTTP errors
   scheduler  – request groups → GET /allocation_candidates query
   placement  – allocation candidates, claims, allocations
   conductor  – create ARQs, match them to providers, bind in one PATCH

@@ -223,11 +223,11 @@ def _parse(argv):
 def main(argv=None):
     started = time.monotonic()
     args = _parse(argv)
-    venv = os.path.abspath(args.venv)
+    args.venv = os.path.abspath(args.venv)
     if args.create_venv and not os.path.exists(
-            os.path.join(venv, 'bin', 'python')):
-        create_venv(venv)
-    _in_nova_venv(venv)
+            os.path.join(args.venv, 'bin', 'python')):
+        create_venv(args.venv)
+    _in_nova_venv(args.venv)
     _patch_like_novas_runner()
     if REPO not in sys.path:
         sys.path.insert(0, REPO)
@@ -336,7 +336,9 @@ def _rerun_failures(args, rows):
             path = os.path.join(tmp, 'rerun.json')
             logs = args.logs and os.path.join(
                 args.logs, 'rerun-' + '.'.join(row['test'].split('.')[-2:]))
-            _child(args, path, ['-k', row['test']], logs).wait()
+            # A shard of one: no summary line of its own.
+            _child(args, path, ['--shard', '0/1', '-k', row['test']],
+                   logs).wait()
             if not os.path.exists(path):
                 continue
             with open(path) as f:
