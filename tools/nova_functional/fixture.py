@@ -73,6 +73,7 @@ class RealCyborgFixture(nova_cyborg_fixture.CyborgFixture):
     def setUp(self):
         fixtures.Fixture.setUp(self)    # not the parent's fakes
         self._reported = {}
+        self._generations = None
         self._start_bridges()
         self._start_service()
         self.http = requests.Session()
@@ -151,13 +152,25 @@ class RealCyborgFixture(nova_cyborg_fixture.CyborgFixture):
         return resp.json()
 
     def sync_devices(self):
-        """Each host's agent reports the providers the test created."""
+        """Each host's agent reports the providers the test created.
+
+        Called before every Cyborg call: one listing of the providers
+        with their generations (which any inventory change bumps) tells
+        whether anything changed since the last report; only then are
+        their roots and inventories read."""
+        listing = self._placement_get('/resource_providers?required=%s'
+                                      % self.trait)
+        generations = sorted((rp['uuid'], rp['generation'])
+                             for rp in listing['resource_providers'])
+        if generations == self._generations:
+            return
         seeded = seeding.seeded_devices(self._placement_get, self.trait)
         for host, devices in seeded.items():
             if self._reported.get(host) != devices:
                 self._ask({'op': 'report', 'host': host,
                            'devices': devices})
                 self._reported[host] = devices
+        self._generations = generations
 
     # -- Nova's side ----------------------------------------------------
 

@@ -3,7 +3,8 @@
 
     python tools/nova_functional/run.py [--baseline] [-k SUBSTRING]
         [--json results.json] [--logs DIR] [--venv .bench/nova-venv]
-        [--create-venv] [--workers N] [--min-pass N]
+        [--create-venv [--setup-only]] [--workers N] [--min-pass N]
+        [--rerun-failures]
 
 Runs in the nova virtualenv (re-executing itself with its python);
 --create-venv makes that virtualenv first when it is missing, from the
@@ -20,6 +21,7 @@ all of them), 1 otherwise.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -54,11 +56,16 @@ def create_venv(venv, python=None):
     package (editable), from the pinned requirements."""
     python = python or sys.executable
     print('creating the nova virtualenv in %s' % venv, flush=True)
-    subprocess.check_call([python, '-m', 'venv', venv])
     pip = [os.path.join(venv, 'bin', 'python'), '-m', 'pip', 'install',
            '-q', '--disable-pip-version-check', '--no-deps']
-    subprocess.check_call(pip + ['-r', REQUIREMENTS])
-    subprocess.check_call(pip + ['-e', REPO])
+    try:
+        subprocess.check_call([python, '-m', 'venv', venv])
+        subprocess.check_call(pip + ['-r', REQUIREMENTS])
+        subprocess.check_call(pip + ['-e', REPO])
+    except (OSError, subprocess.CalledProcessError):
+        # Half a virtualenv would pass for a whole one next time.
+        shutil.rmtree(venv, ignore_errors=True)
+        raise
 
 
 def _in_nova_venv(venv):
@@ -201,6 +208,8 @@ def _parse(argv):
     parser.add_argument('--venv', default=DEFAULT_VENV)
     parser.add_argument('--create-venv', action='store_true',
                         help='create --venv first if it does not exist')
+    parser.add_argument('--setup-only', action='store_true',
+                        help='with --create-venv: create it, run nothing')
     parser.add_argument('--baseline', action='store_true',
                         help="Nova's own CyborgFixture (no service of ours)")
     parser.add_argument('-k', dest='match', action='append', default=[],
@@ -227,6 +236,8 @@ def main(argv=None):
     if args.create_venv and not os.path.exists(
             os.path.join(args.venv, 'bin', 'python')):
         create_venv(args.venv)
+    if args.setup_only:
+        return 0
     _in_nova_venv(args.venv)
     _patch_like_novas_runner()
     if REPO not in sys.path:
