@@ -36,7 +36,8 @@ def get_client(context):
 
 def get_device_profile_group_requester_id(dp_group_id, owner=None):
     """The request group name of a profile group: `device_profile_<i>`,
-    followed directly by the port's uuid for a port's profile."""
+    followed directly by the port's uuid for a port's profile.
+    """
     return 'device_profile_%s%s' % (dp_group_id, owner or '')
 
 
@@ -98,7 +99,8 @@ class _CyborgClient:
         """A scheduler request group per profile group, in order. Only
         resources*/trait* keys count (accel:* is the service's business);
         the key's own numeric suffix is dropped, the group's requester id
-        names it."""
+        names it.
+        """
         groups = []
         for index, dp_group in enumerate(dp_groups):
             group = scheduler.RequestGroup(
@@ -113,7 +115,8 @@ class _CyborgClient:
 
     def _arq_call(self, op, method, path, detail=None, **kwargs):
         """request(), with a failure raised as AcceleratorRequestOpFailed
-        (`op` names the operation; `detail`, if given, says on what)."""
+        (`op` names the operation; `detail`, if given, says on what).
+        """
         try:
             return self._api.request(method, path, **kwargs)
         except cyborg_http.CyborgError as err:
@@ -142,7 +145,8 @@ class _CyborgClient:
 
     def create_arqs_and_match_resource_providers(self, dp_name, rg_rp_map):
         """create_arqs, each ARQ's device_rp_uuid set from rg_rp_map
-        (KeyError when its group has no allocation)."""
+        (KeyError when its group has no allocation).
+        """
         arqs = self.create_arqs(dp_name)
         for arq in arqs:
             arq['device_rp_uuid'] = self.get_arq_device_rp_uuid(
@@ -171,7 +175,8 @@ class _CyborgClient:
 
     def get_arqs_for_instance(self, instance_uuid, only_resolved=False):
         """The instance's ARQs (at least one, or AcceleratorRequestOpFailed);
-        with only_resolved, those whose binding is over."""
+        with only_resolved, those whose binding is over.
+        """
         body = self._arq_call('get', 'GET', ARQS,
                               'instance %s' % instance_uuid,
                               params={'instance': instance_uuid})
@@ -193,14 +198,16 @@ class _CyborgClient:
 
     def delete_arqs_for_instance(self, instance_uuid):
         """Delete every ARQ of the instance (the service unbinds them
-        first); an instance without ARQs is no error."""
+        first); an instance without ARQs is no error.
+        """
         self._arq_call('delete', 'DELETE', ARQS,
                        'instance %s' % instance_uuid,
                        params={'instance': instance_uuid})
 
     def delete_arqs_by_uuid(self, arq_uuids):
         """Delete ARQs by uuid, best effort: a failure (one already gone,
-        the service down) is logged, not raised."""
+        the service down) is logged, not raised.
+        """
         joined = ','.join(arq_uuids)
         try:
             self._api.request('DELETE', ARQS, params={'arqs': joined})

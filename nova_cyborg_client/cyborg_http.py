@@ -97,7 +97,8 @@ def error_for(method, path, status, reason):
 def reason_of(response):
     """The service's reason for a failure, from Cyborg's error body
     {"error_message": "<JSON of {faultstring, ...}>"}; otherwise the body
-    text, or the status line's phrase when the body is empty."""
+    text, or the status line's phrase when the body is empty.
+    """
     text = response.text or ''
     try:
         body = json.loads(text)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The accelerator client against our real API (cheroot, SQLite) and, for
 answers the real one never gives, a stub server."""
 

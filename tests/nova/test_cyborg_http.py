@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The accelerator client's typed errors: which HTTP failure becomes which
-error, and that each message carries the service's own reason."""
+error, and that each message carries the service's own reason.
+"""
 
 import json
 

@@ -1,6 +1,8 @@
+# SPDX-License-Identifier: Apache-2.0
 """The parts of tools/nova_functional that need no Nova: what it feeds our
 service is what our API and database accept (the harness itself runs in
-a separate virtualenv; docs/nova-functional-tests.md)."""
+a separate virtualenv; docs/nova-functional-tests.md).
+"""
 
 import json
 

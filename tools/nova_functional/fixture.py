@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A CyborgFixture whose Cyborg is ours, for Nova's functional tests.
 
 Nova's CyborgFixture replaces the methods of
@@ -157,7 +158,8 @@ class RealCyborgFixture(nova_cyborg_fixture.CyborgFixture):
         Called before every Cyborg call: one listing of the providers
         with their generations (which any inventory change bumps) tells
         whether anything changed since the last report; only then are
-        their roots and inventories read."""
+        their roots and inventories read.
+        """
         listing = self._placement_get('/resource_providers?required=%s'
                                       % self.trait)
         generations = sorted((rp['uuid'], rp['generation'])
@@ -192,7 +194,8 @@ class RealCyborgFixture(nova_cyborg_fixture.CyborgFixture):
     @staticmethod
     def fake_get_arqs_for_instance(instance_uuid, only_resolved=False):
         """The ARQs our API holds for the instance (the tests check them
-        through this name)."""
+        through this name).
+        """
         self = RealCyborgFixture.current
         resp = self.http.get(self.api_url + '/accelerator_requests',
                              params={'instance': instance_uuid})
@@ -202,7 +205,8 @@ class RealCyborgFixture(nova_cyborg_fixture.CyborgFixture):
 
 class _Adapter:
     """What nova.utils.get_sdk_adapter returns, as _CyborgClient uses it:
-    get/post/patch/delete on paths under the accelerator endpoint."""
+    get/post/patch/delete on paths under the accelerator endpoint.
+    """
 
     def __init__(self, endpoint):
         self.endpoint = endpoint

@@ -53,7 +53,8 @@ TEST_CLASSES = [
 
 def create_venv(venv, python=None):
     """A virtualenv with nova 34.0.0, its test dependencies and our
-    package (editable), from the pinned requirements."""
+    package (editable), from the pinned requirements.
+    """
     python = python or sys.executable
     print('creating the nova virtualenv in %s' % venv, flush=True)
     pip = [os.path.join(venv, 'bin', 'python'), '-m', 'pip', 'install',
@@ -88,13 +89,15 @@ def _patch_like_novas_runner():
     Nova or of the libraries it patches (as under stestr, which imports
     the test modules, and so that package, before anything else). Without
     it the instance's network info stays empty and the port-accelerator
-    paths are never taken."""
+    paths are never taken.
+    """
     import nova.tests.functional  # noqa: F401
 
 
 def _link_nova_etc():
     """The wheel installs etc/nova/api-paste.ini under the venv prefix;
-    Nova's ConfFixture looks for it next to the nova package."""
+    Nova's ConfFixture looks for it next to the nova package.
+    """
     import nova
     site = os.path.dirname(os.path.dirname(nova.__file__))
     link = os.path.join(site, 'etc')
@@ -135,7 +138,8 @@ class Recorder(unittest.TestResult):
 
     def _problem(self, test, outcome, err, details):
         """testtools hands the exception over as details (with the test's
-        captured log): the reason is the traceback's last line."""
+        captured log): the reason is the traceback's last line.
+        """
         text = ''
         if details:
             text = '\n\n'.join('%s:\n%s' % (name, content.as_text())
@@ -172,7 +176,8 @@ def _last_line(text):
 def summarize(rows, baseline, seconds, expected=None):
     """{'counts', 'passed', 'total', 'line'}: the outcome counts and the
     one summary line printed at the end. `expected` tests were to run: a
-    test without a row (its worker died) counts as not passed."""
+    test without a row (its worker died) counts as not passed.
+    """
     counts = {}
     for row in rows:
         counts[row['outcome']] = counts.get(row['outcome'], 0) + 1
@@ -198,7 +203,8 @@ def summarize(rows, baseline, seconds, expected=None):
 
 def shard_of(test_ids, index, count):
     """The tests shard `index` of `count` runs: every count-th test of the
-    sorted list, so each class is spread over the shards."""
+    sorted list, so each class is spread over the shards.
+    """
     return [test_id for i, test_id in enumerate(sorted(test_ids))
             if i % count == index]
 
@@ -300,7 +306,8 @@ def _run_here(args, tests):
 
 def _run_sharded(args, total):
     """Run `workers` copies of this script, each on its shard, and gather
-    their rows (each prints its own per-test lines as it goes)."""
+    their rows (each prints its own per-test lines as it goes).
+    """
     workers = min(args.workers, max(total, 1))
     with tempfile.TemporaryDirectory(prefix='nova-functional-') as tmp:
         procs = []
@@ -338,7 +345,8 @@ def _child(args, json_path, extra, logs=None):
 def _rerun_failures(args, rows):
     """Each failed test once more, alone (Nova's tests give a server a few
     seconds to change state: on an overloaded machine they time out). The
-    row keeps the first outcome as `first_outcome`."""
+    row keeps the first outcome as `first_outcome`.
+    """
     with tempfile.TemporaryDirectory(prefix='nova-functional-') as tmp:
         for row in rows:
             if row['outcome'] not in ('fail', 'error'):
