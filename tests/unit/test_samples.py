@@ -64,3 +64,19 @@ def test_config_sample_does_not_depend_on_this_machine():
     for local in {os.uname().nodename, os.path.expanduser('~'),
                   os.getcwd()} - {'/'}:
         assert ' = %s\n' % local not in sample
+
+
+def test_config_sample_lists_the_library_options_operators_set():
+    with open(os.path.join(ETC, 'cyborg.conf.sample')) as f:
+        sample = f.read()
+    for section, option in [('database', 'connection'),          # oslo.db
+                            ('DEFAULT', 'transport_url'),        # messaging
+                            ('oslo_messaging_rabbit', 'amqp_durable_queues'),
+                            ('keystone_authtoken', 'www_authenticate_uri'),
+                            ('DEFAULT', 'log_file'),             # oslo.log
+                            ('oslo_policy', 'policy_file'),
+                            ('oslo_middleware',
+                             'enable_proxy_headers_parsing'),
+                            ('cors', 'allowed_origin')]:
+        assert '[%s]' % section in sample
+        assert '\n#%s = ' % option in sample, option
