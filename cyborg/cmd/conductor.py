@@ -1,4 +1,8 @@
-"""cyborg-conductor: stores agents' reports, binds ARQs, tells Nova."""
+"""cyborg-conductor: stores agents' reports, binds ARQs, tells Nova.
+
+Without a usable [database] connection (unset, not a URL, or its Python
+driver not installed) it says so in one line on stderr and exits 1.
+"""
 
 import sys
 
@@ -11,7 +15,11 @@ from cyborg import rpc
 
 def main(argv=None):
     config.parse_args(sys.argv[1:] if argv is None else argv)
-    db_api.configure()
+    try:
+        db_api.configure()
+    except db_api.NotConfigured as e:
+        print('cyborg-conductor: %s' % e, file=sys.stderr)
+        return 1
     conductor = conductor_service.ConductorService()
 
     def stop():

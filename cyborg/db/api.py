@@ -34,9 +34,57 @@ _STATE = None
 
 
 class NotConfigured(Exception):
-    """No database to use: [database] connection is not set, or names a
-    SQLite file that is not there. The message says which, in one line.
+    """No database to use: [database] connection is not set, is not a
+    database URL, names a SQLite file that is not there or a driver that is
+    not installed (MissingDriver). The message says which, in one line.
     """
+
+
+class MissingDriver(NotConfigured):
+    """[database] connection names a Python DB driver that is not
+    installed (e.g. mysql+pymysql:// without PyMySQL)."""
+
+
+# Backend (SQLAlchemy's name) -> our extra that installs its driver, and the
+# URL prefix that driver takes.
+_EXTRAS = {
+    'mysql': ('mysql', 'mysql+pymysql://'),
+    'postgresql': ('postgresql', 'postgresql+psycopg2://'),
+}
+
+
+def check_driver(url):
+    """NotConfigured (one line, no password) unless SQLAlchemy can load the
+    dialect and the Python driver `url` names."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        raise NotConfigured(
+            '[database] connection is not a database URL (expected e.g. '
+            'mysql+pymysql://USER:PASSWORD@HOST/cyborg?charset=utf8mb4)')
+    try:
+        dialect = parsed.get_dialect()
+    except sa.exc.NoSuchModuleError:
+        raise NotConfigured(
+            '[database] connection names %s, which SQLAlchemy does not know '
+            '(use mysql+pymysql://, postgresql+psycopg2:// or sqlite:///)'
+            % parsed.drivername)
+    try:
+        dialect.import_dbapi()
+    except ImportError as e:
+        module = e.name or str(e)
+        backend = parsed.get_backend_name()
+        extra, prefix = _EXTRAS.get(backend, (None, None))
+        if extra is None:
+            hint = 'install the package that provides it'
+        elif parsed.drivername == prefix[:-3]:
+            hint = 'install it with: pip install "cyborg-gpu[%s]"' % extra
+        else:
+            hint = ('use %s and install its driver with: pip install '
+                    '"cyborg-gpu[%s]"' % (prefix, extra))
+        raise MissingDriver(
+            '[database] connection uses %s, whose Python driver (module %s) '
+            'is not installed: %s' % (parsed.drivername, module, hint))
 
 
 def require_connection(existing=False):
@@ -65,6 +113,7 @@ def require_connection(existing=False):
                 '[database] connection names the SQLite file %s, which does '
                 'not exist (create it with "cyborg-manage db sync")'
                 % os.path.abspath(path))
+    check_driver(url)
     return url
 
 
@@ -73,7 +122,10 @@ def configure(connection=None):
     engine is created on first use. NotConfigured when there is neither.
     """
     global _STATE
-    connection = connection or require_connection()
+    if connection:
+        check_driver(connection)
+    else:
+        connection = require_connection()
     with _LOCK:
         old, _STATE = _STATE, [connection, None]
     _dispose(old)
