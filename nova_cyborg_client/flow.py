@@ -15,6 +15,10 @@ server.Server; cyborg-aio does it for its demo). CLI:
 
   python -m nova_cyborg_client.flow --api URL/v2 --placement URL \
       --profile NAME [--count N] [--listen 127.0.0.1:8774]
+
+Where no nova-compute runs (a smoke test of a distributed deployment),
+`--create-compute-node NAME` first creates the compute node's provider
+the way nova-compute would (compute_node.ensure); alone, it does only that.
 """
 
 import argparse
@@ -25,6 +29,7 @@ import uuid as uuidlib
 from oslo_log import log
 
 from nova_cyborg_client import compute
+from nova_cyborg_client import compute_node
 from nova_cyborg_client import conductor
 from nova_cyborg_client import conf as nova_conf
 from nova_cyborg_client import context as nova_context
@@ -239,9 +244,10 @@ def _parser():
                     '/os-server-external-events on --listen: the service\'s '
                     '[nova] endpoint must point there (e.g. cyborg-aio '
                     '--nova-endpoint http://127.0.0.1:8774 --no-demo).')
-    parser.add_argument('--api', required=True,
+    parser.add_argument('--api',
                         help='Accelerator API endpoint, e.g. '
-                             'http://127.0.0.1:6666/v2')
+                             'http://127.0.0.1:6666/v2 (needed to boot or '
+                             'delete).')
     parser.add_argument('--placement', required=True,
                         help='Placement endpoint, e.g. http://127.0.0.1:8778')
     parser.add_argument('--token', default=nova_context.NOAUTH_TOKEN,
@@ -271,6 +277,14 @@ def _parser():
                         help='Delete the booted instances before exiting.')
     parser.add_argument('--verbose', action='store_true',
                         help='Log at INFO level (default: warnings).')
+    parser.add_argument('--create-compute-node', metavar='NAME',
+                        help='First create (or complete) the compute node '
+                             'provider NAME in Placement as nova-compute '
+                             'would: VCPU/MEMORY_MB/DISK_GB inventory and '
+                             'the COMPUTE_ACCELERATORS trait. For a '
+                             'deployment without nova-compute; NAME is the '
+                             'agent\'s [agent] resource_provider_name or '
+                             '[DEFAULT] host. Alone, it does only that.')
     parser.add_argument('--delete', action='append', default=[],
                         metavar='INSTANCE_UUID',
                         help='Delete this instance (ARQs and allocations) '
@@ -285,9 +299,14 @@ def configure(conf, api, placement_url):
 
 
 def main(argv=None):
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if not args.delete and not args.profile:
-        print('nova-cyborg-flow: give --profile or --delete',
+    parser = _parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if not (args.delete or args.profile or args.create_compute_node):
+        print('nova-cyborg-flow: give --profile, --delete or '
+              '--create-compute-node', file=sys.stderr)
+        return 2
+    if (args.delete or args.profile) and not args.api:
+        print('nova-cyborg-flow: --api is needed to boot or delete',
               file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO if args.verbose else
@@ -295,9 +314,22 @@ def main(argv=None):
                         format='%(asctime)s %(levelname)s %(name)s: '
                                '%(message)s')
     configure(nova_conf.CONF, args.api, args.placement)
+    context = nova_context.RequestContext(auth_token=args.token)
+    if args.create_compute_node:
+        try:
+            rp_uuid, created = compute_node.ensure(
+                nova_placement.PlacementClient(context),
+                args.create_compute_node)
+        except nova_placement.PlacementError as e:
+            print('nova-cyborg-flow: %s' % e, file=sys.stderr)
+            return 1
+        print('compute node %s: provider %s (%s)'
+              % (args.create_compute_node, rp_uuid,
+                 'created' if created else 'found'), flush=True)
+        if not (args.delete or args.profile):
+            return 0
     receiver = nova_events.Receiver()
-    runner = FlowRunner(receiver, nova_context.RequestContext(
-        auth_token=args.token), binding_timeout=args.timeout)
+    runner = FlowRunner(receiver, context, binding_timeout=args.timeout)
     if args.delete:
         for instance_uuid in args.delete:
             runner.delete(instance_uuid)

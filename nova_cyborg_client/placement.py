@@ -76,3 +76,60 @@ class PlacementClient:
             raise PlacementError('GET /resource_providers/%s' % rp_uuid,
                                  resp)
         return resp.json()
+
+    # What nova-compute's resource tracker does for its compute node; used
+    # by compute_node.ensure() where no nova-compute runs (a lab, a smoke
+    # test).
+
+    def provider_by_name(self, name):
+        """The provider called `name`, or None."""
+        resp = self._client.get('/resource_providers',
+                                params={'name': name})
+        if resp.status_code != 200:
+            raise PlacementError('GET /resource_providers?name=%s' % name,
+                                 resp)
+        found = resp.json()['resource_providers']
+        return found[0] if found else None
+
+    def create_provider(self, rp_uuid, name):
+        resp = self._client.post('/resource_providers',
+                                 json={'uuid': rp_uuid, 'name': name})
+        if resp.status_code != 200:
+            raise PlacementError('POST /resource_providers', resp)
+        return resp.json()
+
+    def get_inventories(self, rp_uuid):
+        """(provider generation, {resource class: inventory record})."""
+        url = '/resource_providers/%s/inventories' % rp_uuid
+        resp = self._client.get(url)
+        if resp.status_code != 200:
+            raise PlacementError('GET ' + url, resp)
+        body = resp.json()
+        return body['resource_provider_generation'], body['inventories']
+
+    def put_inventories(self, rp_uuid, generation, inventories):
+        url = '/resource_providers/%s/inventories' % rp_uuid
+        resp = self._client.put(url, json={
+            'resource_provider_generation': generation,
+            'inventories': inventories})
+        if resp.status_code != 200:
+            raise PlacementError('PUT ' + url, resp)
+        return resp.json()['resource_provider_generation']
+
+    def get_traits(self, rp_uuid):
+        """(provider generation, set of trait names)."""
+        url = '/resource_providers/%s/traits' % rp_uuid
+        resp = self._client.get(url)
+        if resp.status_code != 200:
+            raise PlacementError('GET ' + url, resp)
+        body = resp.json()
+        return body['resource_provider_generation'], set(body['traits'])
+
+    def put_traits(self, rp_uuid, generation, traits):
+        url = '/resource_providers/%s/traits' % rp_uuid
+        resp = self._client.put(url, json={
+            'resource_provider_generation': generation,
+            'traits': sorted(traits)})
+        if resp.status_code != 200:
+            raise PlacementError('PUT ' + url, resp)
+        return resp.json()['resource_provider_generation']
