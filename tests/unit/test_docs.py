@@ -1,0 +1,42 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Facts the README and docs state that the code can check."""
+
+import glob
+import os
+import re
+
+from cyborg.api import microversion
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+
+def _read(path):
+    with open(os.path.join(ROOT, path)) as f:
+        return f.read()
+
+
+def _docs():
+    return ['README.md', 'CONTRIBUTING.rst'] + sorted(
+        os.path.relpath(p, ROOT)
+        for p in glob.glob(os.path.join(ROOT, 'docs', '*.md')))
+
+
+def test_no_paths_of_a_particular_machine():
+    for path in _docs():
+        for line in _read(path).splitlines():
+            assert not re.search(r'(?<![\w.])/(work|root|home)/', line), (
+                '%s: %s' % (path, line))
+
+
+def test_readme_quick_start_is_two_commands():
+    readme = _read('README.md')
+    section = readme.split('## Quick start', 1)[1].split('\n## ', 1)[0]
+    [block] = re.findall(r'^```\n(.*?)^```$', section, re.M | re.S)
+    assert len(block.splitlines()) == 2
+
+
+def test_readme_microversions_are_the_servers():
+    readme = ' '.join(_read('README.md').split())
+    assert 'the server advertises %d.%d–%d.%d' % (
+        microversion.MIN_VERSION + microversion.MAX_VERSION) in readme
