@@ -7,7 +7,6 @@ counts and times everything else.
 """
 
 from keystonemiddleware import auth_token
-from oslo_middleware import cors
 from oslo_middleware import http_proxy_to_wsgi
 import pecan
 import pecan.core
@@ -18,6 +17,7 @@ from cyborg.api import hooks
 from cyborg.api import metrics
 from cyborg.api import middleware
 from cyborg.conf import CONF
+from cyborg.conf import opts
 
 
 class _Request(pecan.Request):
@@ -109,13 +109,7 @@ def _auth(app, conf):
 
 
 def _cors(app, conf):
-    cors.set_defaults(
-        allow_headers=['X-Auth-Token', 'X-Openstack-Request-Id',
-                       'OpenStack-API-Version', 'Content-Type'],
-        expose_headers=['X-Openstack-Request-Id', 'OpenStack-API-Version',
-                        'OpenStack-API-Minimum-Version',
-                        'OpenStack-API-Maximum-Version'],
-        allow_methods=['GET', 'PUT', 'POST', 'DELETE', 'PATCH'])
+    opts.set_library_defaults()
     return middleware.CORS(app, conf)
 
 

@@ -120,6 +120,21 @@ def register_opts(conf):
     conf.set_default('valid_interfaces', ['internal', 'public'], group='nova')
 
 
+def set_library_defaults():
+    """Our defaults for library options: oslo.middleware's CORS headers
+    and methods (what the API speaks). The API sets them before building
+    its CORS middleware; oslo-config-generator calls this too (entry point
+    oslo.config.opts.defaults), so the sample shows them."""
+    from oslo_middleware import cors
+    cors.set_defaults(
+        allow_headers=['X-Auth-Token', 'X-Openstack-Request-Id',
+                       'OpenStack-API-Version', 'Content-Type'],
+        expose_headers=['X-Openstack-Request-Id', 'OpenStack-API-Version',
+                        'OpenStack-API-Minimum-Version',
+                        'OpenStack-API-Maximum-Version'],
+        allow_methods=['GET', 'PUT', 'POST', 'DELETE', 'PATCH'])
+
+
 def _ks_opts(service_type):
     """Fresh keystoneauth options, with the defaults register_opts sets."""
     opts = (ks_loading.get_session_conf_options()
