@@ -11,10 +11,12 @@ the guide and the test cannot drift apart. Services run as processes from
 the console scripts of the test virtualenv: a fresh virtualenv per run
 (`pip install 'cyborg-gpu[mysql]'`, the guide's first block) is too slow
 for every CI run, so that block is only checked against setup.cfg's
-extras. The PostgreSQL block is checked for shape only.
+extras. The PostgreSQL variant of step 2 is run on its own, as far as
+`cyborg-manage db sync` with the guide's PostgreSQL URL.
 
 Needs MariaDB (root, no password) and rabbitmqctl rights on the local
-RabbitMQ; skipped without them unless CYBORG_TEST_REQUIRE_DBS=1.
+RabbitMQ (and PostgreSQL, trust auth, for the PostgreSQL case); each case
+is skipped without them unless CYBORG_TEST_REQUIRE_DBS=1.
 """
 
 import configparser
@@ -289,3 +291,43 @@ def test_follow_the_guide(lab):
     # --cleanup: nothing left behind.
     arqs = requests.get(lab.api + '/accelerator_requests', timeout=10)
     assert arqs.json()['arqs'] == []
+
+
+POSTGRESQL = 'postgresql+psycopg2://postgres@127.0.0.1:5432/postgres'
+
+
+def test_postgresql_block_then_db_sync(tmp_path):
+    """The PostgreSQL variant of step 2: its users and databases, then the
+    guide's PostgreSQL connection URL through `cyborg-manage db sync`."""
+    engine = sa.create_engine(POSTGRESQL, isolation_level='AUTOCOMMIT')
+    try:
+        with engine.connect():
+            pass
+    except Exception as e:
+        engine.dispose()
+        if dbs.required():
+            pytest.fail('PostgreSQL not reachable: %s' % e)
+        pytest.skip('PostgreSQL not reachable: %s' % e)
+    lab = Lab(tmp_path)
+    with open(GUIDE) as f:
+        [url] = re.findall(r'`connection = (postgresql\+psycopg2://\S+)`',
+                           f.read())
+    conf = os.path.join(lab.dir, 'cyborg.conf')
+    with open(conf, 'w') as f:
+        f.write('[database]\nconnection = %s\n'
+                % lab.places(lab.names(url)))
+    try:
+        with engine.connect() as conn:
+            for statement in lab.names(
+                    guide_blocks()['postgresql']).split(';'):
+                if statement.strip():
+                    conn.execute(sa.text(statement))
+        out = lab.run({}, ['cyborg-manage', '--config-file', conf,
+                           'db', 'sync'])
+        assert out == 'Database at revision %s\n' % migration.head()
+    finally:
+        with engine.connect() as conn:
+            for name in lab.db.values():
+                conn.execute(sa.text('DROP DATABASE IF EXISTS %s' % name))
+                conn.execute(sa.text('DROP USER IF EXISTS %s' % name))
+        engine.dispose()
