@@ -34,7 +34,8 @@ def _records(inventory):
 def ensure(client, name, inventory=None, traits=TRAITS):
     """Find or create the provider `name` (client: placement.
     PlacementClient) and give it `inventory` and `traits` where they
-    differ; returns (provider uuid, created?)."""
+    differ; returns (provider uuid, created?).
+    """
     wanted = _records(INVENTORY if inventory is None else inventory)
     rp = client.provider_by_name(name)
     created = rp is None

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A boot and a delete, doing what Nova's API, scheduler, conductor and
 compute do for accelerators, against a real accelerator API and Placement.
 
@@ -86,7 +87,8 @@ def describe_failure(exc):
 class FlowRunner:
     """Boots and deletes instances as Nova would, receiving the service's
     events through `receiver` (an events.Receiver the service's [nova]
-    endpoint reaches)."""
+    endpoint reaches).
+    """
 
     def __init__(self, receiver, context=None, conf=None,
                  binding_timeout=None):

@@ -1,5 +1,7 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Placement calls Nova's scheduler makes for a boot and a delete, at
-microversion 1.36, with the caller's token."""
+microversion 1.36, with the caller's token.
+"""
 
 from keystoneauth1 import loading as ks_loading
 from oslo_log import log
@@ -41,7 +43,8 @@ class PlacementClient:
     def claim_resources(self, consumer_uuid, allocation_request, project_id,
                         user_id):
         """PUT the allocation request for a new consumer; False when
-        Placement refuses it (409: someone else got there first)."""
+        Placement refuses it (409: someone else got there first).
+        """
         payload = dict(allocation_request, consumer_generation=None,
                        project_id=project_id, user_id=user_id)
         resp = self._client.put('/allocations/%s' % consumer_uuid,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The WSGI application: pecan controllers inside the middleware pipeline
 
 metrics → http_proxy_to_wsgi → cors → request_id → error body → body
@@ -24,7 +25,8 @@ class _Request(pecan.Request):
     """Handlers parse the JSON body themselves (base.body: a 400 for any
     malformed one). Pecan would parse it once more while routing, to pass
     it as keyword arguments no handler takes, and let the RecursionError
-    of a deeply nested body escape as a 500: it is told there is none."""
+    of a deeply nested body escape as a 500: it is told there is none.
+    """
 
     @property
     def json(self):
@@ -34,7 +36,8 @@ class _Request(pecan.Request):
 class _Pecan(pecan.Pecan):
     """Pecan without its rewrite of an empty 200 into 204: every handler
     sets its status itself, and device enable/disable answer 200 with no
-    body, as Cyborg documents."""
+    body, as Cyborg documents.
+    """
 
     def _handle_empty_response_body(self, state):
         if state.response.status_int in (204, 304):
@@ -53,7 +56,8 @@ def _remember_argspecs():
     """pecan 1.8 builds a new namedtuple class each time it reads a
     controller's argspec (pecan.compat.getargspec), and invoke_controller
     reads one on every request: about a tenth of a lookup's CPU. A
-    function's argspec never changes, so it is read once per function."""
+    function's argspec never changes, so it is read once per function.
+    """
     read = pecan.core.getargspec
     if getattr(read, 'remembers', False):
         return
@@ -82,7 +86,8 @@ def _pecan_app():
 
 def _check_authtoken(conf):
     """Refuse to start half-configured: without it keystonemiddleware can
-    not even answer 401 (every request would be a 500)."""
+    not even answer 401 (every request would be a 500).
+    """
     group = conf.keystone_authtoken
     if not group.www_authenticate_uri:
         raise RuntimeError(
@@ -144,7 +149,8 @@ STEPS = (
 
 def setup_app(conf=CONF):
     """The pipeline built in code: what runs unless [api] api_paste_config
-    names a paste.deploy file (cyborg.api.pipeline.load)."""
+    names a paste.deploy file (cyborg.api.pipeline.load).
+    """
     app = _pecan_app()
     for _name, step in reversed(STEPS):
         app = step(app, conf)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cyborg-conductor: stores agents' reports, binds ARQs, tells Nova.
 
 Without a usable [database] connection (unset, not a URL, or its Python

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every option the service reads, grouped as in cyborg.conf.
 
 `list_opts` feeds oslo-config-generator (etc/cyborg/cyborg.conf.sample).
@@ -124,7 +125,8 @@ def set_library_defaults():
     """Our defaults for library options: oslo.middleware's CORS headers
     and methods (what the API speaks). The API sets them before building
     its CORS middleware; oslo-config-generator calls this too (entry point
-    oslo.config.opts.defaults), so the sample shows them."""
+    oslo.config.opts.defaults), so the sample shows them.
+    """
     from oslo_middleware import cors
     cors.set_defaults(
         allow_headers=['X-Auth-Token', 'X-Openstack-Request-Id',

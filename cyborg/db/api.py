@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Engine and transactions, plus list pagination.
 
 All DB modules open transactions through `reader()`/`writer()`; one API
@@ -42,7 +43,8 @@ class NotConfigured(Exception):
 
 class MissingDriver(NotConfigured):
     """[database] connection names a Python DB driver that is not
-    installed (e.g. mysql+pymysql:// without PyMySQL)."""
+    installed (e.g. mysql+pymysql:// without PyMySQL).
+    """
 
 
 # Backend (SQLAlchemy's name) -> our extra that installs its driver, and the
@@ -55,7 +57,8 @@ _EXTRAS = {
 
 def check_driver(url):
     """NotConfigured (one line, no password) unless SQLAlchemy can load the
-    dialect and the Python driver `url` names."""
+    dialect and the Python driver `url` names.
+    """
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
@@ -162,7 +165,8 @@ def _create_engine(url):
 
 def _sqlite_file_engine(url):
     """A pooled SQLite engine, with oslo.db's error translation
-    (DBDuplicateEntry, DBReferenceError, ...)."""
+    (DBDuplicateEntry, DBReferenceError, ...).
+    """
     engine = sa.create_engine(
         url, poolclass=sa.pool.QueuePool,
         pool_size=CONF.database.max_pool_size or 5,
@@ -263,7 +267,8 @@ class _WriteLock:
 def _sqlite_pragmas(dbapi_conn, record):
     """SQLite: write-ahead logging, so readers never wait for a writer and
     a commit costs one fsync of the log; and writers wait up to 30 s for
-    the lock rather than 5 before giving up."""
+    the lock rather than 5 before giving up.
+    """
     if isinstance(dbapi_conn, sqlite3.Connection):
         cursor = dbapi_conn.cursor()
         cursor.execute('PRAGMA journal_mode=WAL')
@@ -350,7 +355,8 @@ def page(query, table, after_marker, limited):
 
 def bounds(session, table, limit=None, marker=None):
     """The `limit` and `marker_id` parameters of a page() statement; 400
-    when the marker (the uuid of the last item seen) names no item."""
+    when the marker (the uuid of the last item seen) names no item.
+    """
     params = {} if limit is None else {'limit': limit}
     if marker is not None:
         found = session.execute(

@@ -112,7 +112,8 @@ class Lab:
 
     def names(self, text):
         """The database, user and vhost names of a SQL, rabbitmqctl or
-        ini block (not section names, nor words such as cyborg-aio)."""
+        ini block (not section names, nor words such as cyborg-aio).
+        """
         for name, ours in self.db.items():
             text = re.sub(r'(?<![\[\w-])%s(?![\]\w-])' % name, ours, text)
         return text
@@ -298,7 +299,8 @@ POSTGRESQL = 'postgresql+psycopg2://postgres@127.0.0.1:5432/postgres'
 
 def test_postgresql_block_then_db_sync(tmp_path):
     """The PostgreSQL variant of step 2: its users and databases, then the
-    guide's PostgreSQL connection URL through `cyborg-manage db sync`."""
+    guide's PostgreSQL connection URL through `cyborg-manage db sync`.
+    """
     engine = sa.create_engine(POSTGRESQL, isolation_level='AUTOCOMMIT')
     try:
         with engine.connect():

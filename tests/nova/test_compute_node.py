@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """nova-cyborg-flow --create-compute-node: the compute node's provider as
-nova-compute makes it, against the real Placement."""
+nova-compute makes it, against the real Placement.
+"""
 
 import uuid
 

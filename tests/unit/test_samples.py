@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 r"""The committed etc/cyborg samples match what the code generates.
 
 When this fails, regenerate from the repository root and commit:
