@@ -13,7 +13,7 @@ import threading
 from cyborg.common import config
 from cyborg.common import service
 from cyborg.conf import CONF
-from cyborg.embedded import stack as embedded
+from cyborg_aio import stack as embedded
 
 
 def _parser():
@@ -89,7 +89,7 @@ def ready_line(stack):
 
 def _start_demo(stack):
     """The demo runs beside wait(), so a signal still stops us at once."""
-    from nova_cyborg_client import demo
+    from cyborg_aio import demo
 
     kwargs = {}
     if stack.fake_gpus is not None:

@@ -18,9 +18,9 @@ import yaml
 from cyborg.common import ksa
 from cyborg.common import wsgi_server
 from cyborg.conf import CONF
-from cyborg.embedded import compute_node
-from cyborg.embedded import placement
 from cyborg.placement import client as placement_client
+from cyborg_aio import compute_node
+from cyborg_aio import placement
 
 LOG = log.getLogger(__name__)
 

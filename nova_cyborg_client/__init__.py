@@ -15,5 +15,5 @@ Modules, in the order a boot uses them:
   libvirt    – attach handles → <hostdev> elements
   flow       – all of the above as one boot/delete, and its CLI
               (nova-cyborg-flow)
-  demo       – cyborg-aio's demo, built on flow
+cyborg-aio's demo, built on flow, lives in cyborg_aio.demo.
 """

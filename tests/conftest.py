@@ -65,7 +65,7 @@ class _Placement:
     """The real Placement service, in this process, on a loopback port."""
 
     def __init__(self, state_dir):
-        from cyborg.embedded import placement
+        from cyborg_aio import placement
         from cyborg.common import wsgi_server
         self.server = wsgi_server.ThreadedServer(
             'placement', placement.load_app(placement.build_conf(state_dir)))

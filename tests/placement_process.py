@@ -9,7 +9,7 @@ import sys
 
 from cyborg.common import service
 from cyborg.common import wsgi_server
-from cyborg.embedded import placement
+from cyborg_aio import placement
 
 
 def main():

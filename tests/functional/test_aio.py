@@ -33,7 +33,7 @@ class Aio:
         self.log_path = log_path
         self._log = open(log_path, 'ab')
         self.proc = subprocess.Popen(
-            [sys.executable, '-m', 'cyborg.cmd.aio',
+            [sys.executable, '-m', 'cyborg_aio',
              '--state-dir', str(state_dir), '--port', '0',
              '--placement-port', '0', '--nova-port', '0',
              '--metrics-port', '0',
@@ -187,7 +187,7 @@ def test_aio_serves_stops_and_keeps_state(aio):
 
 def test_aio_help_documents_the_defaults():
     result = subprocess.run(
-        [sys.executable, '-m', 'cyborg.cmd.aio', '--help'],
+        [sys.executable, '-m', 'cyborg_aio', '--help'],
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     text = ''.join(result.stdout.split())  # however argparse wrapped it
@@ -208,7 +208,7 @@ def test_aio_demo_boots_instances_and_reruns(aio):
     """The demo: profiles created once, three instances booted the way Nova
     boots them, their <hostdev>s and ARQs printed; a restart on the same
     state replaces the instances instead of failing or piling up."""
-    from nova_cyborg_client import demo
+    from cyborg_aio import demo
 
     first = aio(demo=True)
     out = first.read_until(r'^demo: \d+ of \d+ instance\(s\) booted')

@@ -26,7 +26,7 @@ from unittest import mock
 import pytest
 import requests
 
-from cyborg.cmd import aio as aio_cmd
+from cyborg_aio import cli as aio_cmd
 from tests.functional.test_aio import Aio
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))

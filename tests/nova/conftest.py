@@ -145,7 +145,7 @@ class Stack:
         self.log_path = tmp_path / 'aio.log'
         self._log = open(self.log_path, 'ab')
         self.proc = subprocess.Popen(
-            [sys.executable, '-m', 'cyborg.cmd.aio', '--state-dir',
+            [sys.executable, '-m', 'cyborg_aio', '--state-dir',
              str(tmp_path / 'state'), '--port', '0', '--placement-port', '0',
              '--metrics-port', '0',
              '--no-demo', '--nova-endpoint', nova_endpoint,

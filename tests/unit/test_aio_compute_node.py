@@ -10,7 +10,7 @@ import pytest
 from cyborg.common import ksa
 from cyborg.conf import CONF
 from cyborg.conf import opts
-from cyborg.embedded import compute_node
+from cyborg_aio import compute_node
 from cyborg.placement import client as placement_client
 
 
