@@ -2,22 +2,16 @@
 (claim handle, agent prepare) → Bound/BindFailed → events to "Nova"; plus
 races, crash recovery, unbind/release and an unreachable Nova."""
 
-import json
 import threading
 import time
 import uuid
 
 import pytest
 import sqlalchemy as sa
-import webob
 
-from cyborg.agent import manager as agent_manager
 from cyborg.agent import rpcapi as agent_rpcapi
-from cyborg.api import app as api_app
 from cyborg.common import nova
-from cyborg.common import wsgi_server
 from cyborg.conductor import binder as conductor_binder
-from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.conf import CONF
 from cyborg import context as cyborg_context
@@ -25,8 +19,9 @@ from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg import drivers
 from cyborg.drivers import fake
-from cyborg.placement import client as placement
-from cyborg import rpc
+from cyborg_harness import embedded
+from cyborg_harness import net
+from cyborg_harness import nova as harness_nova
 
 NOVA_HEADERS = {'X-Roles': 'member', 'X-Service-Roles': 'service',
                 'X-Project-Id': 'p1', 'X-User-Id': 'u1'}
@@ -55,107 +50,32 @@ class RecordingDriver(fake.FakeDriver):
         self.released.append(handle['uuid'])
 
 
-class RecordingNova:
-    """Stands in for Nova's /os-server-external-events."""
-
-    def __init__(self, status=200):
-        self.events = []
-        self.posts = 0
-        self.status = status
-        self.arrived = threading.Event()
-
-    def __call__(self, environ, start_response):
-        body = json.loads(environ['wsgi.input'].read(
-            int(environ.get('CONTENT_LENGTH') or 0)))
-        self.events.extend(body['events'])
-        self.posts += 1
-        self.version = environ.get('HTTP_OPENSTACK_API_VERSION')
-        self.arrived.set()
-        start_response('%d OK' % self.status,
-                       [('Content-Type', 'application/json')])
-        code = 422 if self.status == 207 else 200
-        return [json.dumps({'events': [dict(e, code=code)
-                                       for e in body['events']]}).encode()]
-
-
 @pytest.fixture
 def nova_server():
-    app = RecordingNova()
-    server = wsgi_server.ThreadedServer('nova', app)
-    server.start()
-    CONF.set_override('auth_type', 'none', group='nova')
-    CONF.set_override('endpoint_override', server.url, group='nova')
-    yield app
-    server.stop()
+    """Nova's events API (the harness's: nova_cyborg_client's receiver,
+    recording every event); [nova] points at it."""
+    events = harness_nova.NovaEvents()
+    embedded.point_at('nova', events.url)
+    yield events
+    events.down()
 
 
-class Stack:
-    """Agent (with `driver`), conductor and API app in this process, over
-    the fake transport, reporting into the real Placement."""
+class Stack(embedded.Embedded):
+    """The harness's embedded deployment: agent (with `driver`),
+    conductor and API app in this process, over the fake transport,
+    reporting into the real Placement; driven here the way Nova drives
+    it, through the app without HTTP."""
 
     def __init__(self, placement_service, nova_app, driver=None,
                  stale_after=1.0, rpc_timeout=10):
         self.nova = nova_app
-        self.stale_after = stale_after
-        self.rpc_timeout = rpc_timeout
-        adapter = placement_service.adapter()
-        self.placement = placement.PlacementClient(adapter)
-        self.host = 'bind-%s' % uuid.uuid4().hex[:8]
-        adapter.post('/resource_providers', microversion='1.26',
-                     json={'name': self.host})
-        self.driver = driver or RecordingDriver()
-        self.agent = self.new_agent()
-        self.start_agent()
-        self.conductor = None
-        self.start_conductor()
-        self.agent.report_once(full=True)
-        self.app = api_app.setup_app()
-
-    def new_agent(self):
-        return agent_manager.AgentManager(
-            conductor_rpcapi.ConductorAPI(timeout=self.rpc_timeout),
-            self.placement,
-            drivers=[self.driver], host=self.host)
-
-    def start_agent(self):
-        self.agent_server = rpc.get_server(rpc.AGENT_TOPIC, [self.agent],
-                                           server=self.host)
-        self.agent_server.start()
-
-    def stop_agent(self):
-        self.agent_server.stop()
-        self.agent_server.wait()
-
-    def start_conductor(self):
-        self.binder = conductor_binder.Binder(
-            agent_rpcapi.AgentAPI(),
-            nova.NovaNotifier(give_up_after=30, max_delay=0.2),
-            sweep_interval=0.2, stale_after=self.stale_after)
-        self.conductor = rpc.get_server(
-            rpc.CONDUCTOR_TOPIC,
-            [conductor_manager.ConductorManager(self.binder)],
-            server='conductor-%s' % uuid.uuid4().hex[:6])
-        self.conductor.start()
-        self.binder.start()
-
-    def stop_conductor(self):
-        self.conductor.stop()
-        self.conductor.wait()
-        self.binder.stop()
-        self.conductor = None
-
-    def stop(self):
-        if self.conductor is not None:
-            self.stop_conductor()
-        self.stop_agent()
+        super().__init__(placement_service.adapter(),
+                         driver=driver or RecordingDriver(),
+                         host='bind-%s' % uuid.uuid4().hex[:8],
+                         stale_after=stale_after, rpc_timeout=rpc_timeout)
 
     def api(self, method, path, body=None, headers=None):
-        request = webob.Request.blank(path, method=method,
-                                      headers=headers or {})
-        if body is not None:
-            request.body = json.dumps(body).encode()
-            request.content_type = 'application/json'
-        return request.get_response(self.app)
+        return self.request(method, path, body, headers)
 
     def rp(self, address):
         deps = self.api('GET', '/v2/deployables').json['deployables']
@@ -197,10 +117,7 @@ class Stack:
         raise AssertionError('ARQs of %s never resolved' % instance)
 
     def wait_events(self, count, timeout=15):
-        deadline = time.time() + timeout
-        while time.time() < deadline and len(self.nova.events) < count:
-            time.sleep(0.05)
-        return self.nova.events
+        return self.nova.wait_events(count, timeout)
 
 
 @pytest.fixture
@@ -374,8 +291,7 @@ def test_conductor_down_between_bind_started_and_bound(stack):
 def test_events_wait_for_nova_to_come_back(sqlite_database):
     """Nova's endpoint refuses connections at first; the event is kept
     pending and delivered once Nova listens."""
-    from tests import processes
-    port = processes.free_port()
+    port = net.free_port()
     CONF.set_override('auth_type', 'none', group='nova')
     CONF.set_override('endpoint_override', 'http://127.0.0.1:%d' % port,
                       group='nova')
@@ -384,29 +300,29 @@ def test_events_wait_for_nova_to_come_back(sqlite_database):
                'server_uuid': str(uuid.uuid4()), 'tag': str(uuid.uuid4()),
                'status': 'completed'}]
     assert notifier.send(events) is False          # down: not delivered
-    app = RecordingNova()
-    server = wsgi_server.ThreadedServer('nova', app, port=port)
-    server.start()
+    nova_events = harness_nova.NovaEvents(port=port)
     try:
         assert notifier.send(events) is True
-        assert app.events == events
+        assert nova_events.events == events
     finally:
-        server.stop()
+        nova_events.down()
 
 
 def test_all_422_answer_is_delivered(sqlite_database):
-    app = RecordingNova(status=207)
-    server = wsgi_server.ThreadedServer('nova', app)
-    server.start()
-    CONF.set_override('auth_type', 'none', group='nova')
-    CONF.set_override('endpoint_override', server.url, group='nova')
+    """Nova knows the instance but it is on no host yet: 207, every event
+    422. Delivered all the same (Nova polls the ARQs before waiting)."""
+    nova_events = harness_nova.NovaEvents()
+    instance = str(uuid.uuid4())
+    nova_events.receiver.instances.add(instance)     # no host yet
+    embedded.point_at('nova', nova_events.url)
     try:
         assert nova.NovaNotifier().send([{
             'name': 'accelerator-request-bound',
-            'server_uuid': str(uuid.uuid4()), 'tag': 't',
+            'server_uuid': instance, 'tag': 't',
             'status': 'completed'}]) is True
+        assert len(nova_events.events) == 1
     finally:
-        server.stop()
+        nova_events.down()
 
 
 def test_conductor_dies_after_claiming_a_handle(stack):

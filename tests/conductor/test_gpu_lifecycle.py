@@ -24,8 +24,8 @@ V24 = dict(test_binding.NOVA_HEADERS, **{
 
 
 class Clock:
-    """The agent's clock, moved by hand (starts at the real monotonic time
-    the first report, made before it was injected, also used)."""
+    """The agent's clock, moved by hand (starts at the real monotonic
+    time)."""
 
     def __init__(self):
         self.now = time.monotonic()
@@ -49,7 +49,13 @@ def stack(sqlite_database, placement_service, nova_server, host):
     s = test_binding.Stack(placement_service, nova_server,
                            test_gpu_binding.new_driver())
     s.gpu_host = host
+    # A fresh agent on the hand-moved clock from its first report on (the
+    # stack's own first report ran on the real one, however long ago).
+    s.stop_agent()
+    s.agent = s.new_agent()
     s.clock = s.agent.clock = Clock()
+    s.start_agent()
+    s.agent.report_once(full=True)
     yield s
     s.stop()
 

@@ -1,19 +1,18 @@
-"""The service in one process for the race checks: the API served over
-loopback by a threaded server (so racing clients are real concurrent HTTP
-requests), the conductor and an agent on in-process messaging, the real
-Placement, and a stand-in for Nova that records every event."""
+"""The service in one process for the race checks: the harness's embedded
+deployment with the API served over loopback by a threaded server (so
+racing clients are real concurrent HTTP requests), the conductor and an
+agent on in-process messaging, the real Placement, and Nova's events API
+recording every event."""
 
 import json
 import threading
 import time
+import uuid
 
 import requests
 
-from cyborg.api import app as api_app
-from cyborg.common import wsgi_server
-from cyborg.conf import CONF
-from cyborg.drivers import fake
-from tests.conductor import test_binding
+from cyborg_harness import embedded
+from cyborg_harness import nova as harness_nova
 
 NOVA_HEADERS = {'X-Roles': 'member', 'X-Service-Roles': 'service',
                 'X-Project-Id': 'p1', 'X-User-Id': 'u1',
@@ -22,56 +21,24 @@ NOVA_HEADERS = {'X-Roles': 'member', 'X-Service-Roles': 'service',
 ADMIN_HEADERS = {'Content-Type': 'application/json'}
 
 
-class EventRecorder:
-    """Nova's /os-server-external-events: keeps every event it is sent."""
-
-    def __init__(self):
-        self.events = []
-        self._lock = threading.Lock()
-
-    def __call__(self, environ, start_response):
-        body = json.loads(environ['wsgi.input'].read(
-            int(environ.get('CONTENT_LENGTH') or 0)))
-        with self._lock:
-            self.events.extend(body['events'])
-        start_response('200 OK', [('Content-Type', 'application/json')])
-        return [json.dumps({'events': [dict(e, code=200)
-                                       for e in body['events']]}).encode()]
-
-    def by_tag(self):
-        with self._lock:
-            found = {}
-            for event in self.events:
-                found.setdefault(event['tag'], []).append(event)
-            return found
-
-
-class Stack:
+class Stack(embedded.Embedded):
 
     def __init__(self, placement_service, threads=32):
-        self.nova = EventRecorder()
-        self.nova_server = wsgi_server.ThreadedServer('nova', self.nova)
-        self.nova_server.start()
-        CONF.set_override('auth_type', 'none', group='nova')
-        CONF.set_override('endpoint_override', self.nova_server.url,
-                          group='nova')
-        # Agent, conductor and binder as the conductor tests wire them;
-        # this stack adds the real HTTP front end.
-        self.core = test_binding.Stack(
-            placement_service, self.nova,
-            fake.FakeDriver(fake.default_host_spec()), stale_after=5.0,
-            rpc_timeout=30)
-        self.host = self.core.host
-        self.api_server = wsgi_server.ThreadedServer(
-            'api', api_app.setup_app(), threads=threads)
-        self.api_server.start()
-        self.url = self.api_server.url + '/v2'
+        self.nova = harness_nova.NovaEvents()
+        embedded.point_at('nova', self.nova.url)
+        try:
+            super().__init__(placement_service.adapter(),
+                             host='bind-%s' % uuid.uuid4().hex[:8],
+                             stale_after=5.0, rpc_timeout=30)
+            self.url = self.serve_api(threads)
+        except BaseException:
+            self.stop()
+            raise
         self._local = threading.local()
 
     def stop(self):
-        self.api_server.stop()
-        self.core.stop()
-        self.nova_server.stop()
+        super().stop()
+        self.nova.down()
 
     def call(self, method, path, body=None, admin=False):
         """One API request on this thread's own connection, as Nova (or
@@ -120,10 +87,6 @@ class Stack:
             time.sleep(0.1)
 
     def wait_events(self, tags, timeout=60):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            found = self.nova.by_tag()
-            if all(t in found for t in tags):
-                break
-            time.sleep(0.1)
+        """Events by tag, once every tag has one (or at the timeout)."""
+        self.nova.wait_for(tags, timeout)
         return self.nova.by_tag()

@@ -15,8 +15,8 @@ from cyborg.api import app as api_app
 from cyborg.conf import CONF
 from cyborg.db import arqs
 from cyborg import rpc
+from cyborg_harness import net
 from tests.db import seed
-from tests import processes
 from tests.reliability import stack as race_stack
 
 
@@ -53,7 +53,7 @@ def test_bind_with_the_message_bus_down_is_accepted(sqlite_database):
     the ARQ stored BindStarted (the conductor's sweep re-drives it)
     instead of waiting for the broker forever."""
     CONF.set_override('transport_url', 'rabbit://guest:guest@127.0.0.1:%d/'
-                      % processes.free_port())
+                      % net.free_port())
     rpc.cleanup()
     dp = seed.profile()
     (arq,) = arqs.create(dp['id'], [1], 'p1')

@@ -20,7 +20,7 @@ def test_migrated_database_passes(sqlite_database):
 
 
 def test_unsynced_database_fails_with_the_fix(tmp_path):
-    db = dbs.TestDatabase('sqlite')
+    db = dbs.new('sqlite')
     try:
         CONF.set_override('connection', db.url, group='database')
         db_api.dispose()
