@@ -9,6 +9,7 @@ and restarted agent keeps both logs).
 """
 
 import os
+import subprocess
 import uuid
 
 from cyborg_harness import databases
@@ -110,10 +111,13 @@ class Distributed:
     def transport_url(self):
         return self.vhost.url
 
-    def _process(self, name, argv, key=None):
-        runs = len([p for p in os.listdir(self.dir)
+    def _runs(self, name):
+        return len([p for p in os.listdir(self.dir)
                     if p.startswith(name + '-') and p.endswith('.log')])
-        proc = processes.Process('%s-%d' % (name, runs), argv, self.dir,
+
+    def _process(self, name, argv, key=None):
+        proc = processes.Process('%s-%d' % (name, self._runs(name)), argv,
+                                 self.dir,
                                  env={'PYTHONWARNINGS': 'ignore'})
         self.procs[key or name] = proc
         return proc
@@ -125,8 +129,12 @@ class Distributed:
         return self._process(name, argv, key)
 
     def start_placement(self):
+        """Placement (again, on the same port and database after a
+        stop('placement'))."""
+        port = self.placement.port if self.placement is not None else 0
         self.placement = harness_placement.PlacementProcess(
-            self.dir, timeout=self.timeout)
+            self.dir, port=port, timeout=self.timeout,
+            name='placement-%d' % self._runs('placement'))
         self.procs['placement'] = self.placement
         self.placement_url = self.placement.url
         return self.placement
@@ -183,7 +191,10 @@ class Distributed:
         processes.stop_all(list(self.procs.values()))
         self.procs = {}
         if self.vhost is not None:
-            self.vhost.delete()
+            try:
+                self.vhost.delete()
+            except (subprocess.SubprocessError, OSError):
+                pass        # a broker left down keeps it; it is ours
             self.vhost = None
         if self._own_database and not isinstance(self.database, str):
             self.database.drop()

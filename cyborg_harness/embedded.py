@@ -247,4 +247,3 @@ class Embedded:
         for agent in self.agents.values():
             agent.stop()
         self.agents = {}
-

@@ -30,11 +30,13 @@ def _app(state_dir, connection=None):
 
 
 class PlacementProcess(processes.Process):
-    """Placement in a child process; `url` once it listens."""
+    """Placement in a child process; `url` once it listens. Its state
+    (SQLite database) in `state_dir`, default WORKDIR/placement: a
+    restart on the same port and state_dir is the same Placement."""
 
     def __init__(self, workdir, connection=None, port=0, timeout=180,
-                 name='placement'):
-        self.state_dir = os.path.join(workdir, name)
+                 name='placement', state_dir=None):
+        self.state_dir = state_dir or os.path.join(workdir, 'placement')
         os.makedirs(self.state_dir, exist_ok=True)
         argv = [sys.executable, '-m', 'cyborg_harness.placement',
                 '--state-dir', self.state_dir, '--port', str(port)]

@@ -92,7 +92,7 @@ def settle(deployment, burst, timeout=120):
 
 def count(deployment, burst):
     rows = deployment.arq_rows()
-    events = deployment.events.recorder.by_tag()
+    events = deployment.events.by_tag()
     lost, stuck = [], []
     for arq in burst.accepted:
         row = rows.get(arq)

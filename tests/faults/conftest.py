@@ -2,19 +2,19 @@
 pytest tests/faults`, `tox -e faults`) or with CYBORG_TEST_FAULTS=1, not
 by a plain `python -m pytest tests`: it restarts servers and takes minutes.
 
-Session fixtures start the private MariaDB and RabbitMQ once; each check
-gets its own database, exchange, Placement and cyborg processes.
+Session fixtures start the private MariaDB and RabbitMQ once
+(cyborg_harness.servers); each check gets its own database, virtual host,
+Placement and cyborg processes.
 """
 
 import os
 import pathlib
-import shutil
 
 import pytest
 
+from cyborg_harness import servers
 from tests import dbs
 from tests.faults import deployment as fault_deployment
-from tests.faults import infra
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -36,17 +36,11 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
-def _unavailable(what):
-    if dbs.required():
-        pytest.fail(what)
-    pytest.skip(what)
-
-
 @pytest.fixture(scope='session')
 def mariadb(tmp_path_factory):
-    if not (shutil.which('mariadbd') and shutil.which('mariadb-install-db')):
-        _unavailable('mariadbd / mariadb-install-db not installed')
-    server = infra.MariaDB(str(tmp_path_factory.mktemp('infra')))
+    if not servers.MariaDB.installed():
+        dbs.unavailable('mariadbd / mariadb-install-db not installed')
+    server = servers.MariaDB(str(tmp_path_factory.mktemp('infra')))
     server.start()
     yield server
     server.stop()
@@ -54,9 +48,9 @@ def mariadb(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def rabbitmq(tmp_path_factory):
-    if not infra.RabbitMQ.script('rabbitmq-server'):
-        _unavailable('rabbitmq-server not installed')
-    server = infra.RabbitMQ(str(tmp_path_factory.mktemp('infra')))
+    if not servers.RabbitMQ.installed():
+        dbs.unavailable('rabbitmq-server not installed')
+    server = servers.RabbitMQ(str(tmp_path_factory.mktemp('infra')))
     server.start()
     yield server
     server.stop()
@@ -74,10 +68,5 @@ def deployment(tmp_path, mariadb, rabbitmq):
         if not mariadb.answers():
             mariadb.stop()
             mariadb.start()
-        if not rabbitmq_up(rabbitmq):
+        if not rabbitmq.reachable():
             rabbitmq.start()
-
-
-def rabbitmq_up(server):
-    from tests import processes
-    return processes.reachable('127.0.0.1', server.port)

@@ -194,7 +194,7 @@ def test_nova_events_endpoint_down(deployment):
         time.sleep(1)
     resolved_while_down = sum(rows[a]['state'] in fault_burst.RESOLVED
                               for a in burst.accepted)
-    seen_while_down = events.recorder.by_tag()
+    seen_while_down = events.by_tag()
     events.up()
     tally = fault_burst.settle(deployment, burst,
                                timeout=NOVA_OUTAGE + 120)

@@ -3,106 +3,18 @@ line, clean stop on SIGTERM/SIGINT, state kept across restarts."""
 
 import json
 import os
-import queue
-import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 import requests
 
-READY = re.compile(r'^cyborg-aio ready: api=(\S+/v2) placement=(\S+)$')
-START_TIMEOUT = 120  # seconds; a loaded CI machine is slow to import
-STOP_TIMEOUT = 30
-DEMO_TIMEOUT = 120
-FAKE_HOSTS = os.path.join(os.path.dirname(__file__), '..', '..', 'etc',
-                          'cyborg', 'fake-hosts')
-HOST_SPEC = os.path.join(FAKE_HOSTS, 'gpu-host.yaml')
+from cyborg_harness import aio as harness_aio
+
+FAKE_HOSTS = harness_aio.FAKE_HOSTS
+HOST_SPEC = harness_aio.HOST_SPEC
 NODE = 'aio-test-node'
-
-
-class Aio:
-    """One cyborg-aio process; stdout is only the ready line, logs go to
-    stderr (kept in a file for failure messages)."""
-
-    def __init__(self, state_dir, log_path, config_file, demo=False,
-                 host_spec=HOST_SPEC):
-        self.log_path = log_path
-        self._log = open(log_path, 'ab')
-        self.proc = subprocess.Popen(
-            [sys.executable, '-m', 'cyborg_aio',
-             '--state-dir', str(state_dir), '--port', '0',
-             '--placement-port', '0', '--nova-port', '0',
-             '--metrics-port', '0',
-             '--config-file', str(config_file),
-             '--host-spec', host_spec] + ([] if demo else ['--no-demo']),
-            stdout=subprocess.PIPE, stderr=self._log, text=True)
-        self.lines = queue.Queue()
-        self.stdout = []
-        threading.Thread(target=self._read, daemon=True).start()
-        self.api, self.placement = self._wait_ready()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.stdout.append(line)
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def logs(self):
-        with open(self.log_path, errors='replace') as f:
-            return f.read()[-4000:]
-
-    def _wait_ready(self):
-        try:
-            line = self.lines.get(timeout=START_TIMEOUT)
-        except queue.Empty:
-            self.kill()
-            pytest.fail('no ready line in %ss:\n%s' % (START_TIMEOUT,
-                                                       self.logs()))
-        if line is None:
-            self.proc.wait()
-            pytest.fail('cyborg-aio exited %s before ready:\n%s'
-                        % (self.proc.returncode, self.logs()))
-        match = READY.match(line.rstrip('\n'))
-        assert match, 'unexpected first stdout line %r' % line
-        return match.groups()
-
-    def read_until(self, pattern, timeout=DEMO_TIMEOUT):
-        """stdout lines after the ready line, up to one matching
-        `pattern`."""
-        lines = []
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(
-                    timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                line = None
-            if line is None:
-                pytest.fail('no line matching %r; got:\n%s\n%s'
-                            % (pattern, ''.join(lines), self.logs()))
-            lines.append(line)
-            if re.search(pattern, line):
-                return ''.join(lines)
-
-    def stop(self, sig=signal.SIGTERM):
-        self.proc.send_signal(sig)
-        try:
-            code = self.proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            pytest.fail('cyborg-aio ignored %s:\n%s' % (sig, self.logs()))
-        self._log.close()
-        return code
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self._log.close()
 
 
 @pytest.fixture
@@ -113,8 +25,11 @@ def aio(tmp_path):
     started = []
 
     def start(demo=False, host_spec=HOST_SPEC):
-        started.append(Aio(state_dir, tmp_path / 'aio.log', config_file,
-                           demo=demo, host_spec=host_spec))
+        # cyborg-aio as a user runs it (the harness's aio mode): stdout is
+        # only the ready line (and the demo's), logs go to stderr.
+        started.append(harness_aio.Aio(
+            tmp_path, state_dir=state_dir, config_file=config_file,
+            demo=demo, host_spec=host_spec, name='aio-%d' % len(started)))
         return started[-1]
 
     start.state_dir = state_dir

@@ -15,19 +15,19 @@ import os
 import queue
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from unittest import mock
 
 import pytest
 import requests
 
 from cyborg_aio import cli as aio_cmd
-from tests.functional.test_aio import Aio
+from cyborg_harness import aio as harness_aio
+from cyborg_harness import net
+from cyborg_harness import waiting
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 TUTORIAL = os.path.join(ROOT, 'docs', 'tutorial.md')
@@ -136,12 +136,6 @@ def tutorial_commands(path=TUTORIAL):
     return commands
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
-
-
 class Shell:
     """One bash session; run() returns (exit status, stdout + stderr)."""
 
@@ -190,19 +184,6 @@ class Shell:
                 self.proc.wait()
 
 
-class _TutorialAio(Aio):
-    """test_aio's Aio, with the tutorial's extra arguments appended."""
-
-    def __init__(self, *args, extra_args=(), **kwargs):
-        popen = subprocess.Popen
-
-        def with_extra_args(argv, **popen_kwargs):
-            return popen(list(argv) + list(extra_args), **popen_kwargs)
-
-        with mock.patch.object(subprocess, 'Popen', with_extra_args):
-            super().__init__(*args, **kwargs)
-
-
 def _start(command, tmp_path, nova_url):
     """cyborg-aio with the tutorial's arguments, on free ports, with a
     state directory of the test's own."""
@@ -218,22 +199,18 @@ def _start(command, tmp_path, nova_url):
     assert set(argv[1:]) <= known, command
     config_file = tmp_path / 'cyborg.conf'
     config_file.write_text('[DEFAULT]\nhost = %s\n' % HOST)
-    return _TutorialAio(
-        tmp_path / 'state', tmp_path / 'aio.log', config_file,
-        host_spec=os.path.join(ROOT, args.host_spec),
-        extra_args=['--nova-endpoint', nova_url])
+    return harness_aio.Aio(
+        tmp_path, state_dir=tmp_path / 'state', config_file=config_file,
+        host_spec=os.path.join(ROOT, args.host_spec), nova_endpoint=nova_url)
 
 
 def _metrics_root(aio):
     """The agent's metrics URL (--metrics-port 0: from the log)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        found = re.search(r'agent-metrics listening on (http://\S+)',
-                          aio.logs())
-        if found:
-            return found.group(1)
-        time.sleep(0.1)
-    pytest.fail('no metrics URL in the log:\n' + aio.logs())
+    return waiting.eventually(
+        lambda: re.search(r'agent-metrics listening on (http://\S+)',
+                          aio.logs()),
+        'the metrics URL in the log', timeout=10,
+        detail=aio.log_tail).group(1)
 
 
 def _check(command, output, checks):
@@ -279,7 +256,7 @@ def test_tutorial_commands_are_checked():
 def test_tutorial_runs(tmp_path):
     commands = tutorial_commands()
     assert len(commands) == len(STEPS), commands
-    nova_port = _free_port()
+    nova_port = net.free_port()
     nova_url = 'http://127.0.0.1:%d' % nova_port
     aio = _start(commands[0], tmp_path, nova_url)
     shell = None

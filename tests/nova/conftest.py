@@ -3,23 +3,15 @@ SQLite, a scriptable stub accelerator API, and a whole stack (cyborg-aio in
 a subprocess, telling this process's events API about bindings)."""
 
 import json
-import os
-import queue
-import re
-import socket
-import subprocess
-import sys
-import threading
 
 import pytest
 
+from cyborg_harness import aio as harness_aio
 from nova_cyborg_client import conf as nova_conf
 from nova_cyborg_client import events as nova_events
 from nova_cyborg_client import server as nova_server
 
-HOST_SPEC = os.path.join(os.path.dirname(__file__), '..', '..', 'etc',
-                         'cyborg', 'fake-hosts', 'gpu-host.yaml')
-READY = re.compile(r'^cyborg-aio ready: api=(\S+/v2) placement=(\S+)$')
+HOST_SPEC = harness_aio.HOST_SPEC
 START_TIMEOUT = 120
 
 
@@ -124,15 +116,9 @@ class SwitchableReceiver:
         return self.receiver.app(environ, start_response)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 class Stack:
-    """cyborg-aio --no-demo with [nova] pointing at this process (or at
-    nova_endpoint)."""
+    """cyborg-aio --no-demo (the harness's aio mode) with [nova] pointing
+    at this process (or at nova_endpoint)."""
 
     def __init__(self, tmp_path, node, nova_endpoint=None):
         self.node = node
@@ -142,44 +128,22 @@ class Stack:
             nova_endpoint = self.nova.server.url
         config = tmp_path / 'cyborg.conf'
         config.write_text('[DEFAULT]\nhost = %s\n' % node)
-        self.log_path = tmp_path / 'aio.log'
-        self._log = open(self.log_path, 'ab')
-        self.proc = subprocess.Popen(
-            [sys.executable, '-m', 'cyborg_aio', '--state-dir',
-             str(tmp_path / 'state'), '--port', '0', '--placement-port', '0',
-             '--metrics-port', '0',
-             '--no-demo', '--nova-endpoint', nova_endpoint,
-             '--config-file', str(config), '--host-spec', HOST_SPEC],
-            stdout=subprocess.PIPE, stderr=self._log, text=True)
-        lines = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(line)
-                                         for line in self.proc.stdout],
-                         daemon=True).start()
         try:
-            line = lines.get(timeout=START_TIMEOUT)
-        except queue.Empty:
-            self.stop()
-            raise AssertionError('no ready line:\n' + self.logs())
-        match = READY.match(line.strip())
-        if not match:
-            self.stop()
-            raise AssertionError('unexpected line %r:\n%s'
-                                 % (line, self.logs()))
-        self.api, self.placement = match.groups()
+            self.aio = harness_aio.Aio(
+                tmp_path, state_dir=tmp_path / 'state', config_file=config,
+                nova_endpoint=nova_endpoint, host_spec=HOST_SPEC,
+                timeout=START_TIMEOUT)
+        except BaseException:
+            if self.nova is not None:
+                self.nova.server.stop()
+            raise
+        self.api, self.placement = self.aio.api, self.aio.placement
 
     def logs(self):
-        with open(self.log_path, errors='replace') as f:
-            return f.read()[-6000:]
+        return self.aio.log_tail(80)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
+        self.aio.stop()
         if self.nova is not None:
             self.nova.server.stop()
 

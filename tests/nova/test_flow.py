@@ -15,6 +15,7 @@ import uuid
 import pytest
 import requests
 
+from cyborg_harness import net
 from nova_cyborg_client import cyborg
 from nova_cyborg_client import events
 from nova_cyborg_client import exception
@@ -303,7 +304,7 @@ def test_bind_refused(stack):
 # -- the CLI ------------------------------------------------------------------
 
 def test_cli_boots_and_cleans_up(tmp_path, conf):
-    port = conftest.free_port()
+    port = net.free_port()
     stack = conftest.Stack(tmp_path, 'nova-cli-node',
                            nova_endpoint='http://127.0.0.1:%d' % port)
     try:

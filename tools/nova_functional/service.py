@@ -4,9 +4,10 @@ Nova and cyborg both register options on oslo.config's global CONF, with
 clashing definitions ([DEFAULT] host, [api] max_limit, ...): they cannot
 share a process. This one runs the real API (pecan app, noauth, SQLite),
 the conductor (binder and Nova notifier) and one agent RPC server per
-compute host, on the in-process oslo.messaging transport. Placement and
-Nova's API are the test's own, reached through the loopback bridges the
-fixture serves (bridge.py).
+compute host, on the in-process oslo.messaging transport (the pieces of
+the harness's embedded mode). Placement and Nova's API are the test's
+own, reached through the loopback bridges the fixture serves
+(bridge.py).
 
 Protocol: prints one JSON line {"api": URL} when ready, then answers each
 JSON line on stdin with one JSON line on stdout:
@@ -47,6 +48,10 @@ def _device(host, index, spec):
 
 
 class Service:
+    """The harness's embedded pieces (cyborg_harness.embedded), wired for
+    this test: a conductor, the API served on loopback, and an agent RPC
+    server per compute host on demand."""
+
     def __init__(self, state_dir, placement_url, nova_url):
         self.state_dir = state_dir
         self.placement_url = placement_url
@@ -59,10 +64,10 @@ class Service:
         from cyborg.api import app as api_app
         from cyborg.common import config
         from cyborg.common import wsgi_server
-        from cyborg.conductor import service as conductor_service
         from cyborg.conf import CONF
         from cyborg.db import api as db_api
         from cyborg.db import migration
+        from cyborg_harness import embedded
 
         config.parse_args([], config_files=[], log_to_stderr=True)
         CONF.set_override('state_path', self.state_dir)
@@ -71,14 +76,13 @@ class Service:
         CONF.set_override('connection', 'sqlite:///%s' % os.path.join(
             self.state_dir, 'cyborg.sqlite'), group='database')
         CONF.set_override('transport_url', 'inproc://')
-        for group, url in (('placement', self.placement_url),
-                           ('nova', self.nova_url)):
-            CONF.set_override('auth_type', 'none', group=group)
-            CONF.set_override('endpoint_override', url, group=group)
+        embedded.point_at('placement', self.placement_url)
+        embedded.point_at('nova', self.nova_url)
         db_api.configure()
         migration.upgrade()
-        self.conductor = conductor_service.ConductorService()
-        self.conductor.start()
+        self.conductor = embedded.Conductor(
+            sweep_interval=CONF.conductor.bind_sweep_interval,
+            stale_after=CONF.conductor.bind_stale_after).start()
         self.api = wsgi_server.ThreadedServer(
             'cyborg-api', api_app.setup_app(CONF), '127.0.0.1', 0)
         self.api.start()
@@ -91,18 +95,14 @@ class Service:
         if host not in self.agents:
             from cyborg.agent import manager
             from cyborg.common import ksa
-            from cyborg.conductor import rpcapi as conductor_rpcapi
             from cyborg.placement import client as placement
-            from cyborg import rpc
+            from cyborg_harness import embedded
 
-            agent = manager.AgentManager(
-                conductor_rpcapi.ConductorAPI(),
+            self.agents[host] = embedded.Agent.build(
+                host, manager.load_drivers(['fake']),
                 placement.PlacementClient(ksa.get_adapter('placement')),
-                drivers=manager.load_drivers(['fake']), host=host)
-            server = rpc.get_server(rpc.AGENT_TOPIC, [agent], server=host)
-            server.start()
-            self.agents[host] = (agent, server)
-        return self.agents[host][0]
+            ).start()
+        return self.agents[host].manager
 
     def report(self, host, devices):
         agent = self._agent(host)
@@ -112,8 +112,8 @@ class Service:
         return {'writes': result.get('writes')}
 
     def stop(self):
-        for agent, server in self.agents.values():
-            server.stop()
+        for agent in self.agents.values():
+            agent.stop()
         if self.api:
             self.api.stop()
         if self.conductor:
