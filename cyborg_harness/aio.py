@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """cyborg-aio as a user runs it: a subprocess whose first stdout line is
-the ready line (logs go to stderr, kept in a log file)."""
+the ready line (logs go to stderr, kept in a log file).
+"""
 
 import os
 import queue
@@ -24,7 +25,8 @@ class NotReady(RuntimeError):
 
 def command():
     """How to start cyborg-aio: this virtualenv's console script, else
-    python -m cyborg_aio."""
+    python -m cyborg_aio.
+    """
     exe = os.path.join(os.path.dirname(sys.executable), 'cyborg-aio')
     return [exe] if os.path.exists(exe) else [sys.executable, '-m',
                                               'cyborg_aio']
@@ -96,7 +98,8 @@ class Aio(processes.Process):
 
     def read_until(self, pattern, timeout=120):
         """stdout lines after the ready line, up to one matching
-        `pattern`; NotReady if none comes in time."""
+        `pattern`; NotReady if none comes in time.
+        """
         lines = []
         deadline = time.monotonic() + timeout
         while True:
@@ -115,7 +118,8 @@ class Aio(processes.Process):
     def stop(self, sig=signal.SIGTERM, timeout=30, on_kill=None):
         """Send `sig` to cyborg-aio alone (as a user's Ctrl-C or kill
         would), wait for it to exit; SIGKILL after `timeout` seconds.
-        Returns the exit status."""
+        Returns the exit status.
+        """
         self.signal(sig)
         try:
             self.proc.wait(timeout)

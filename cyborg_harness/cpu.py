@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """CPU time from /proc: of one process, of a process group, of the
-machine. Seconds; None where the process is gone."""
+machine. Seconds; None where the process is gone.
+"""
 
 import os
 
@@ -9,7 +10,8 @@ _TICKS = os.sysconf('SC_CLK_TCK')
 
 def _stat(pid):
     """The fields of /proc/PID/stat after the command name (field 3 on),
-    so index 0 is the state; None if the process is gone."""
+    so index 0 is the state; None if the process is gone.
+    """
     try:
         with open('/proc/%s/stat' % pid) as f:
             return f.read().rsplit(')', 1)[1].split()
@@ -19,7 +21,8 @@ def _stat(pid):
 
 def process_seconds(pid, children=False):
     """user + system CPU time of `pid`; with `children`, that of its
-    reaped children too (cutime + cstime)."""
+    reaped children too (cutime + cstime).
+    """
     fields = _stat(pid)
     if fields is None:
         return None
@@ -30,7 +33,8 @@ def process_seconds(pid, children=False):
 
 def group_seconds(pgid):
     """user + system CPU time of every live process in process group
-    `pgid` (a process started in its own session, with its children)."""
+    `pgid` (a process started in its own session, with its children).
+    """
     ticks = 0
     for entry in os.listdir('/proc'):
         if not entry.isdigit():
@@ -43,7 +47,8 @@ def group_seconds(pgid):
 
 def tree_seconds(pid):
     """user + system CPU time of `pid` and its live descendants (a server
-    and the workers it forked, in whatever session)."""
+    and the workers it forked, in whatever session).
+    """
     stats = {}
     for entry in os.listdir('/proc'):
         if entry.isdigit():
@@ -65,7 +70,8 @@ def tree_seconds(pid):
 
 def machine_busy_seconds():
     """CPU time the whole machine spent busy (all but idle and iowait),
-    summed over its CPUs, since boot."""
+    summed over its CPUs, since boot.
+    """
     with open('/proc/stat') as f:
         fields = f.readline().split()[1:]
     # user nice system idle iowait irq softirq steal

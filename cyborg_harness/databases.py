@@ -31,7 +31,8 @@ class Unavailable(Exception):
 
 class Database:
     """One database, created here and dropped by drop(). SQLite: a file
-    in `workdir` (a temporary directory of its own by default)."""
+    in `workdir` (a temporary directory of its own by default).
+    """
 
     def __init__(self, backend, workdir=None, server_url=None,
                  prefix='cyborg_test'):

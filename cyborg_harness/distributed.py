@@ -130,7 +130,8 @@ class Distributed:
 
     def start_placement(self):
         """Placement (again, on the same port and database after a
-        stop('placement'))."""
+        stop('placement')).
+        """
         port = self.placement.port if self.placement is not None else 0
         self.placement = harness_placement.PlacementProcess(
             self.dir, port=port, timeout=self.timeout,
@@ -148,7 +149,8 @@ class Distributed:
 
     def start_agent(self, host=None):
         """This deployment's agent, or one for another compute node
-        `host` (registered in Placement first; key 'cyborg-agent@HOST')."""
+        `host` (registered in Placement first; key 'cyborg-agent@HOST').
+        """
         extra, key = None, 'cyborg-agent'
         if host is not None and host != self.host:
             harness_placement.register_node(self.placement_url, host)
@@ -177,12 +179,14 @@ class Distributed:
 
     def kill(self, key):
         """SIGKILL (with its children): no clean shutdown, as when a host
-        loses power."""
+        loses power.
+        """
         self.procs.pop(key).kill()
 
     def stop(self, key=None):
         """Stop one service cleanly; without a key, the whole deployment
-        (close())."""
+        (close()).
+        """
         if key is None:
             return self.close()
         return self.procs.pop(key).stop()
@@ -217,7 +221,8 @@ class Distributed:
 
     def cpu_seconds(self):
         """CPU of the cyborg processes (gunicorn workers included);
-        Placement's, RabbitMQ's and the database server's not counted."""
+        Placement's, RabbitMQ's and the database server's not counted.
+        """
         return sum(p.cpu_seconds() for key, p in self.procs.items()
                    if key != 'placement')
 

@@ -55,7 +55,8 @@ class Conductor:
 class Agent:
     """One host's agent: its manager (report_once, prepare, release) and
     its RPC server, addressed by host. No report loop: reports are sent
-    when asked (report())."""
+    when asked (report()).
+    """
 
     def __init__(self, manager):
         self.manager = manager
@@ -160,7 +161,8 @@ class Embedded:
 
     def start_agent(self):
         """Serve RPC for `agent` (set it to a new_agent() first to
-        replace this host's agent)."""
+        replace this host's agent).
+        """
         self._agent = Agent(self.agent).start()
         self.agent_server = self._agent.server
 
@@ -172,7 +174,8 @@ class Embedded:
 
     def add_agent(self, host, drivers, register_node=False, report=False):
         """An agent for another host, serving RPC; with report, its first
-        full report is done. Returns its AgentManager."""
+        full report is done. Returns its AgentManager.
+        """
         if register_node:
             self.register_node(host)
         agent = Agent.build(host, drivers, self.placement,
@@ -186,7 +189,8 @@ class Embedded:
 
     def start_conductor(self, manager=None):
         """A conductor (a new binder and RPC server); `binder` and
-        `conductor` are its."""
+        `conductor` are its.
+        """
         from cyborg.common import nova
 
         notifier = self.notifier or nova.NovaNotifier(give_up_after=30,
@@ -221,7 +225,8 @@ class Embedded:
 
     def request(self, method, path, body=None, headers=None):
         """One request to the app in this process (no HTTP): a webob
-        Response."""
+        Response.
+        """
         import webob
 
         request = webob.Request.blank(path, method=method,
@@ -235,7 +240,8 @@ class Embedded:
 
     def stop(self):
         """API server, conductors, agents; the transport is left to the
-        caller (rpc.cleanup())."""
+        caller (rpc.cleanup()).
+        """
         if self.api_server is not None:
             self.api_server.stop()
             self.api_server = None

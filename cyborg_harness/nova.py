@@ -44,7 +44,8 @@ class _Sink:
 
 class _InstanceEvents(nova_events.InstanceEvents):
     """Waiters as Nova keeps them; an event nobody waits for is taken
-    quietly (it is in the record already)."""
+    quietly (it is in the record already).
+    """
 
     def pop_instance_event(self, instance_uuid, name, tag):
         waiter = super().pop_instance_event(instance_uuid, name, tag)
@@ -165,7 +166,8 @@ class NovaEvents:
 
     def wait_events(self, count, timeout=60):
         """The events once at least `count` arrived (fewer at the
-        timeout)."""
+        timeout).
+        """
         deadline = time.monotonic() + timeout
         with self._cond:
             while len(self.events) < count:
@@ -177,7 +179,8 @@ class NovaEvents:
 
     def wait_for(self, tags, timeout=60):
         """True once an event arrived for every tag; False at the
-        timeout."""
+        timeout.
+        """
         deadline = time.monotonic() + timeout
         with self._cond:
             while not all(t in self.arrivals for t in tags):
@@ -189,7 +192,8 @@ class NovaEvents:
 
     def take(self, tag, timeout=60):
         """(perf_counter at arrival, event) of the first event for `tag`,
-        forgotten once taken; TimeoutError if none came in time."""
+        forgotten once taken; TimeoutError if none came in time.
+        """
         if not self.wait_for([tag], timeout):
             raise TimeoutError('no event for %s in %.0fs' % (tag, timeout))
         with self._cond:

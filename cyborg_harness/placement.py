@@ -32,7 +32,8 @@ def _app(state_dir, connection=None):
 class PlacementProcess(processes.Process):
     """Placement in a child process; `url` once it listens. Its state
     (SQLite database) in `state_dir`, default WORKDIR/placement: a
-    restart on the same port and state_dir is the same Placement."""
+    restart on the same port and state_dir is the same Placement.
+    """
 
     def __init__(self, workdir, connection=None, port=0, timeout=180,
                  name='placement', state_dir=None):
@@ -72,7 +73,8 @@ class InProcessPlacement:
 
     def adapter(self, conf=None):
         """A keystoneauth adapter for it, built the way the agent builds
-        one ([placement] of cyborg's CONF now points here)."""
+        one ([placement] of cyborg's CONF now points here).
+        """
         from cyborg.common import ksa
         from cyborg.conf import CONF
 
@@ -87,7 +89,8 @@ class InProcessPlacement:
 
 def register_node(url, name):
     """What nova-compute does on its host first: create the compute
-    node's resource provider `name` (no inventory). Returns its uuid."""
+    node's resource provider `name` (no inventory). Returns its uuid.
+    """
     import requests
 
     r = requests.post(url + '/resource_providers', json={'name': name},
@@ -100,7 +103,8 @@ def register_node(url, name):
 
 def main(argv=None):
     """Serve Placement until SIGTERM; prints `placement ready URL` once
-    it listens."""
+    it listens.
+    """
     from cyborg.common import service
     from cyborg.common import wsgi_server
 

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """A service process: started in a session of its own with its output in
 a log file, waited for, and always stopped with the children it forked
-(gunicorn's workers)."""
+(gunicorn's workers).
+"""
 
 import os
 import queue
@@ -26,7 +27,8 @@ def script(name):
 def stop_group(proc, timeout=20, on_kill=None):
     """SIGTERM a Popen started in its own session, and its children;
     SIGKILL them all if it is still there after `timeout` seconds
-    (calling on_kill() first). Returns its exit status."""
+    (calling on_kill() first). Returns its exit status.
+    """
     if proc.poll() is not None:
         return proc.returncode
     try:
@@ -43,7 +45,8 @@ def stop_group(proc, timeout=20, on_kill=None):
 
 def kill_group(proc, timeout=30):
     """SIGKILL a Popen started in its own session and its children: no
-    clean shutdown, as when a host loses power."""
+    clean shutdown, as when a host loses power.
+    """
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -118,7 +121,8 @@ class Process:
 
     def wait_for(self, predicate, what, timeout=90):
         """Poll predicate() until true; fail early if the process exits,
-        with its log tail after `timeout` seconds."""
+        with its log tail after `timeout` seconds.
+        """
         return waiting.eventually(
             predicate, '%s: %s' % (self.name, what), timeout=timeout,
             check=lambda: self.check_alive(what), detail=self.log_tail)
@@ -146,7 +150,8 @@ class Process:
 
     def stop(self, timeout=20, on_kill=None):
         """SIGTERM (to the group), wait, SIGKILL if it hangs; returns the
-        exit status."""
+        exit status.
+        """
         code = stop_group(self.proc, timeout, on_kill)
         self._close()
         return code

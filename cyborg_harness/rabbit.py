@@ -42,7 +42,8 @@ class Broker:
 
 class VirtualHost:
     """A virtual host of our own on `broker` (the guest user may use it);
-    `url` is its transport_url; delete() removes it and all its queues."""
+    `url` is its transport_url; delete() removes it and all its queues.
+    """
 
     def __init__(self, broker=None, prefix='cyborg'):
         self.broker = broker or Broker()

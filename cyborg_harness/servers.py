@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Private MariaDB and RabbitMQ servers that a check may stop, kill and
 restart: their own data directory, ports and socket under a directory of
-their own, never the machine's shared servers."""
+their own, never the machine's shared servers.
+"""
 
 import os
 import shutil
@@ -84,7 +85,8 @@ class MariaDB:
 
 class RabbitMQ(rabbit.Broker):
     """A RabbitMQ node of its own name, ports, Mnesia and log directories
-    (and Erlang cookie), started detached and stopped with rabbitmqctl."""
+    (and Erlang cookie), started detached and stopped with rabbitmqctl.
+    """
 
     BIN = '/usr/lib/rabbitmq/bin'
 

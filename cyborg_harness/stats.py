@@ -6,7 +6,8 @@ import math
 
 def percentile(values, p):
     """Nearest-rank percentile `p` (0-100] of `values` (any order); None
-    when there are none."""
+    when there are none.
+    """
     if not values:
         return None
     ordered = sorted(values)

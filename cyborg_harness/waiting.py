@@ -13,7 +13,8 @@ def eventually(fn, what, timeout=60.0, interval=0.1, check=None,
     """Call fn() every `interval` seconds until it returns something true,
     and return that. `check()`, called before each try, may raise to stop
     early (a process that died). After `timeout` seconds raise TimedOut
-    naming `what`, with detail() appended when given."""
+    naming `what`, with detail() appended when given.
+    """
     deadline = time.monotonic() + timeout
     while True:
         if check is not None:

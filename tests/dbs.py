@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pytest glue for the harness's throw-away databases
 (cyborg_harness.databases): one migrated database per backend shared by
 the run, and what a missing backend does to a test.
@@ -29,7 +30,8 @@ def unavailable(message):
 
 def new(backend, **kwargs):
     """A fresh (unmigrated) databases.Database; skips or fails if the
-    backend cannot be reached."""
+    backend cannot be reached.
+    """
     try:
         return databases.Database(backend, **kwargs)
     except Unavailable as e:
@@ -41,7 +43,8 @@ _SHARED = {}
 
 def shared(backend):
     """The migrated database of `backend` for this test run, created on
-    first use; raises Unavailable (every time) if the backend is down."""
+    first use; raises Unavailable (every time) if the backend is down.
+    """
     if backend not in _SHARED:
         try:
             _SHARED[backend] = databases.Database(backend).migrate()

@@ -1,8 +1,10 @@
+# SPDX-License-Identifier: Apache-2.0
 """The distributed deployment a fault check runs against: the harness's
 (Placement, cyborg-api (gunicorn), cyborg-conductor and cyborg-agent as
 separate processes with one config file) over the private MariaDB and
 RabbitMQ, and Nova's events API (in the test process) recording every
-event, which can be taken down and brought back on its port."""
+event, which can be taken down and brought back on its port.
+"""
 
 import os
 import uuid

@@ -1,8 +1,10 @@
+# SPDX-License-Identifier: Apache-2.0
 """The service in one process for the race checks: the harness's embedded
 deployment with the API served over loopback by a threaded server (so
 racing clients are real concurrent HTTP requests), the conductor and an
 agent on in-process messaging, the real Placement, and Nova's events API
-recording every event."""
+recording every event.
+"""
 
 import json
 import threading
@@ -42,7 +44,8 @@ class Stack(embedded.Embedded):
 
     def call(self, method, path, body=None, admin=False):
         """One API request on this thread's own connection, as Nova (or
-        as the admin)."""
+        as the admin).
+        """
         session = getattr(self._local, 'session', None)
         if session is None:
             session = self._local.session = requests.Session()
