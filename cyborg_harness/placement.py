@@ -12,6 +12,7 @@ import os
 import re
 import sys
 
+from cyborg_harness import net
 from cyborg_harness import processes
 
 READY = re.compile(r'placement ready (\S+)')
@@ -39,6 +40,11 @@ class PlacementProcess(processes.Process):
                  name='placement', state_dir=None):
         self.state_dir = state_dir or os.path.join(workdir, 'placement')
         os.makedirs(self.state_dir, exist_ok=True)
+        # A port named, never 0: cheroot sets SO_REUSEADDR only then, and
+        # without it the connections a stopped Placement left half-closed
+        # (FIN-WAIT-2 until clients close theirs) keep a restart on the
+        # same port from binding.
+        port = port or net.free_port()
         argv = [sys.executable, '-m', 'cyborg_harness.placement',
                 '--state-dir', self.state_dir, '--port', str(port)]
         if connection:
