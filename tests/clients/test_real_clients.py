@@ -20,7 +20,7 @@ import uuid
 import pytest
 import requests
 
-from tests.functional.test_aio import Aio
+from cyborg_harness import aio as harness_aio
 
 NODE = 'clients-node'
 INSTANCE = '6f1b2c1e-1d5c-4a55-9d0e-0c7a1ee0c001'
@@ -62,7 +62,7 @@ def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('clients')
     config_file = tmp / 'cyborg.conf'
     config_file.write_text('[DEFAULT]\nhost = %s\n' % NODE)
-    aio = Aio(tmp / 'state', tmp / 'aio.log', config_file)
+    aio = harness_aio.Aio(tmp, config_file=config_file)
     compute = http.server.ThreadingHTTPServer(('127.0.0.1', 0), _FakeCompute)
     threading.Thread(target=compute.serve_forever, daemon=True).start()
     aio.compute = 'http://127.0.0.1:%d/v2.1' % compute.server_port
