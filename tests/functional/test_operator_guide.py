@@ -34,8 +34,9 @@ import requests
 import sqlalchemy as sa
 
 from cyborg.db import migration
+from cyborg_harness import net
+from cyborg_harness import processes
 from tests import dbs
-from tests import processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -99,7 +100,7 @@ class Lab:
         self.db = {'cyborg': 'cyborg_og_%s' % tag,
                    'placement': 'placement_og_%s' % tag}
         self.node = 'og-%s' % tag
-        self.ports = {name: processes.free_port()
+        self.ports = {name: net.free_port()
                       for name in ('api', 'placement', 'nova')}
         self.api = 'http://127.0.0.1:%d/v2' % self.ports['api']
         os.makedirs(os.path.join(self.dir, 'placement'))
@@ -152,7 +153,8 @@ class Lab:
         name = argv[0]
         proc = processes.Process(
             '%s-%d' % (name, len(self.procs)),
-            [processes.script(name)] + argv[1:], self.dir, env=env)
+            [processes.script(name)] + argv[1:], self.dir, env=env,
+            cwd=ROOT)
         self.procs.append(proc)
         if name == 'gunicorn':
             proc.wait_for(lambda: _answers(
