@@ -14,8 +14,11 @@ from tests.db import seed
 def _bind_started(deployable_row, groups=None):
     dp = seed.profile(groups=groups)
     (arq,) = seed.arq_requests(1, dp=dp)
+    (device,) = seed.select(seed.DEVICE,
+                            seed.DEVICE.c.id == deployable_row['device_id'])
     arqs.start_bind({arq['uuid']: {
-        'hostname': 'compute1', 'device_rp_uuid': deployable_row['rp_uuid'],
+        'hostname': device['hostname'],
+        'device_rp_uuid': deployable_row['rp_uuid'],
         'instance_uuid': uuidutils.generate_uuid()}})
     return arq
 
