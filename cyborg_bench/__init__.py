@@ -1,6 +1,9 @@
-"""cyborg-bench: a load generator for any Cyborg v2 compatible endpoint.
+# SPDX-License-Identifier: Apache-2.0
+"""cyborg-bench: the benchmarks of this project, as subcommands.
 
-It drives the same workloads against our API, the reference Cyborg or
-anything else that speaks the v2 API, so their figures can be compared
-side by side (benchmarks/side_by_side.py, docs/performance.md).
+One module per benchmark (load, api, bind, agent_scale, nvidia,
+side_by_side, soak); what they share lives once: client (HTTP), stats
+(percentiles), machine (what a run records about the machine), events
+(Nova's events API stand-in), deployment (the deployments they start),
+hostspec (fake-driver hosts). Nothing imports this package.
 """

@@ -1,19 +1,16 @@
-#!/usr/bin/env python3
-"""Agent scale benchmark: N agents × D devices, one conductor, one Placement.
+# SPDX-License-Identifier: Apache-2.0
+"""Agent scale: N agents × D devices, one conductor, one Placement.
 
 What it does, all on 127.0.0.1:
 
 1. creates a throw-away database for the conductor (SQLite file, or a fresh
    database on the local MariaDB/MySQL or PostgreSQL server) and migrates it
    with ``cyborg.db.migration.upgrade``;
-2. starts the real Placement service as its own process, so every
-   Placement call is a real HTTP request over loopback: by default the
-   Placement app on a throw-away MariaDB database (this script re-run with
-   ``--serve-placement``: ``cyborg.embedded.placement`` + cheroot, as
-   ``tests.placement_process`` does, with the database URL overridden); with
-   ``--placement-db sqlite``, ``python -m tests.placement_process`` itself
-   (Placement on SQLite, which answers 500 "database is locked" to
-   concurrent writers);
+2. starts the real Placement service as its own process (``python -m
+   cyborg_bench.serve placement``), so every Placement call is a real HTTP
+   request over loopback: by default on a throw-away MariaDB database; with
+   ``--placement-db sqlite`` on SQLite (which answers 500 "database is
+   locked" to concurrent writers);
 3. creates N compute-node resource providers (``bench-node-0001`` …) the
    way nova-compute does (``cyborg.embedded.compute_node.ensure``: provider,
    VCPU/MEMORY_MB/DISK_GB inventory, COMPUTE_ACCELERATORS trait);
@@ -47,25 +44,22 @@ What it does, all on 127.0.0.1:
 
 Examples::
 
-    .venv/bin/python benchmarks/agent_scale.py --quick
-    .venv/bin/python benchmarks/agent_scale.py            # 1000 × 8, MariaDB
-    .venv/bin/python benchmarks/agent_scale.py --placement-db sqlite
-    .venv/bin/python benchmarks/agent_scale.py --transport rabbit
-    .venv/bin/python benchmarks/agent_scale.py --db postgresql --agents 200
+    cyborg-bench agent-scale --quick
+    cyborg-bench agent-scale                   # 1000 × 8, MariaDB
+    cyborg-bench agent-scale --placement-db sqlite
+    cyborg-bench agent-scale --transport rabbit
+    cyborg-bench agent-scale --db postgresql --agents 200
 
 Exit status: 0 when every check passed, 1 when one failed, 2 when the time
 limit cut the run short (no agent pass starts after ``--time-limit``; a
 watchdog cleans up and exits 180 s later at the latest).
 """
 
-import argparse
 import collections
 import concurrent.futures
-import datetime
 import json
 import logging
 import os
-import platform
 import random
 import re
 import shutil
@@ -78,19 +72,18 @@ import time
 import uuid
 import warnings
 
-import _common
+from cyborg_bench import deployment
+from cyborg_bench import hostspec
+from cyborg_bench import machine
+from cyborg_bench import stats
+
+SAMPLE_AGENTS = 10
 
 # oslo.service (imported through cyborg/placement) warns about eventlet.
 warnings.filterwarnings('ignore', message=r'\s*Eventlet is deprecated')
 
-HOST = '127.0.0.1'
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RABBIT_URL = 'rabbit://guest:guest@127.0.0.1:5672/'
 PLACEMENT_MICROVERSION = '1.26'
-# GPU model reported by every simulated device (an H200, as in
-# etc/cyborg/fake-hosts/gpu-host.yaml).
-GPU = {'vendor_id': '10de', 'product_id': '2335', 'model': 'NVIDIA H200'}
-SAMPLE_AGENTS = 10
 
 LOG = logging.getLogger('agent_scale')
 
@@ -145,142 +138,6 @@ class Cleanup:
                 log('cleanup: %s did not finish within %.0fs', name, timeout)
             elif errors:
                 log('cleanup: %s failed: %s', name, errors[0])
-
-
-# --------------------------------------------------------------------------
-# Databases
-
-
-class Database:
-    """A throw-away database: created in __init__, dropped by drop()."""
-
-    def __init__(self, kind, workdir, server_url=None, prefix='cyborg_bench'):
-        self.kind = kind
-        self.name = '%s_%s' % (prefix, uuid.uuid4().hex[:10])
-        self._admin = None
-        if kind == 'sqlite':
-            self.url = 'sqlite:///%s' % os.path.join(workdir,
-                                                     self.name + '.sqlite')
-            return
-        self._admin, self.url = _common.create_database(kind, self.name,
-                                                        server_url)
-
-    def engine(self):
-        import sqlalchemy as sa
-        return sa.create_engine(self.url)
-
-    def server_version(self):
-        import sqlalchemy as sa
-        engine = self.engine()
-        try:
-            with engine.connect() as conn:
-                if self.kind == 'sqlite':
-                    return 'SQLite ' + conn.execute(
-                        sa.text('select sqlite_version()')).scalar()
-                version = conn.execute(sa.text('select version()')).scalar()
-                return version.split(' on ')[0] if self.kind == 'postgresql' \
-                    else 'MariaDB/MySQL ' + version
-        finally:
-            engine.dispose()
-
-    def migrate(self):
-        from cyborg.db import migration
-        engine = self.engine()
-        try:
-            migration.upgrade(engine=engine)
-        finally:
-            engine.dispose()
-
-    def drop(self):
-        if self._admin is not None:  # a SQLite file goes with the temp dir
-            _common.drop_database(self._admin, self.kind, self.name)
-
-
-# --------------------------------------------------------------------------
-# Placement as its own process
-
-
-def serve_placement(state_dir, connection, port):
-    """Child-process mode (--serve-placement): Placement's WSGI app on
-    `connection` (any database URL), like tests.placement_process."""
-    sys.path.insert(0, REPO)
-    from cyborg.common import service
-    from cyborg.embedded import placement
-    from cyborg.common import wsgi_server
-
-    conf = placement.build_conf(state_dir)
-    conf.set_override('connection', connection, group='placement_database')
-    server = wsgi_server.ThreadedServer('placement', placement.load_app(conf),
-                                        port=port)
-
-    def start():
-        server.start()
-        print('placement ready %s' % server.url, flush=True)
-
-    return service.run_until_signalled('placement', start, server.stop)
-
-
-class PlacementProcess:
-    def __init__(self, workdir, connection=None, timeout=180.0):
-        self.state_dir = os.path.join(workdir, 'placement')
-        os.makedirs(self.state_dir)
-        self.log_path = os.path.join(workdir, 'placement.log')
-        if connection is None:
-            cmd = [sys.executable, '-m', 'tests.placement_process',
-                   '--state-dir', self.state_dir, '--port', '0']
-        else:
-            cmd = [sys.executable, os.path.abspath(__file__),
-                   '--serve-placement', '--state-dir', self.state_dir,
-                   '--placement-connection', connection]
-        self._log = open(self.log_path, 'wb')
-        env = dict(os.environ, PYTHONUNBUFFERED='1',
-                   PYTHONWARNINGS='ignore::DeprecationWarning')
-        env['PYTHONPATH'] = REPO + (os.pathsep + env['PYTHONPATH']
-                                    if env.get('PYTHONPATH') else '')
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=self._log,
-                                     stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        self.url = self._wait_ready(timeout)
-
-    def _wait_ready(self, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with open(self.log_path, errors='replace') as f:
-                for line in f:
-                    m = re.match(r'placement ready (\S+)', line)
-                    if m:
-                        return m.group(1)
-            if self.proc.poll() is not None:
-                raise RuntimeError('Placement exited with %s:\n%s'
-                                   % (self.proc.returncode, self.log_tail()))
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError('Placement not ready within %.0fs:\n%s'
-                           % (timeout, self.log_tail()))
-
-    def log_tail(self, lines=30):
-        with open(self.log_path, errors='replace') as f:
-            return ''.join(f.readlines()[-lines:])
-
-    def problems(self):
-        """Distinct log lines that point at trouble, with their counts."""
-        keys = ('Traceback', 'ERROR', 'CRITICAL', 'locked', 'Error')
-        found = collections.Counter()
-        with open(self.log_path, errors='replace') as f:
-            for line in f:
-                if any(k in line for k in keys):
-                    found[line.strip()[:300]] += 1
-        return ['%d× %s' % (n, line) for line, n in found.items()]
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self._log.close()
 
 
 # --------------------------------------------------------------------------
@@ -454,33 +311,7 @@ def node_name(i, n):
     return 'bench-node-%0*d' % (max(4, len(str(n))), i + 1)
 
 
-def write_host_spec(path, devices):
-    """D GPUs, distinct PCI addresses (one bus each), alternating NUMA."""
-    lines = ['# Generated by benchmarks/agent_scale.py', 'devices:']
-    for i in range(devices):
-        address = '%04x:%02x:00.0' % (i // 200, 0x10 + i % 200)
-        lines += ['  - type: GPU',
-                  '    vendor_id: "%s"' % GPU['vendor_id'],
-                  '    product_id: "%s"' % GPU['product_id'],
-                  '    model: %s' % GPU['model'],
-                  '    pci_address: "%s"' % address,
-                  '    numa_node: %d' % (i % 2)]
-    with open(path, 'w') as f:
-        f.write('\n'.join(lines) + '\n')
-
-
 CPU_PIDS = {}   # label -> pid whose CPU time a round reports
-
-
-def _proc_cpu(pid):
-    """utime + stime of a process (and its reaped children), seconds."""
-    try:
-        with open('/proc/%d/stat' % pid) as f:
-            fields = f.read().rsplit(')', 1)[1].split()
-        ticks = sum(int(x) for x in fields[11:15])
-        return ticks / os.sysconf('SC_CLK_TCK')
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def cpu_sample():
@@ -488,7 +319,7 @@ def cpu_sample():
     out = {'bench process (agents + conductor)': t.user + t.system,
            'machine (all processes)': _machine_cpu()}
     for label, pid in CPU_PIDS.items():
-        out[label] = _proc_cpu(pid)
+        out[label] = deployment.process_cpu_seconds(pid, children=True)
     return out
 
 
@@ -506,6 +337,10 @@ def cpu_used(before):
     after = cpu_sample()
     return {k: after[k] - v for k, v in before.items()
             if v is not None and after.get(k) is not None}
+
+
+def _ms(seconds):
+    return float('nan') if seconds is None else round(seconds * 1000, 1)
 
 
 def run_round(name, agents, fn, concurrency, deadline):
@@ -583,8 +418,8 @@ def run_round(name, agents, fn, concurrency, deadline):
         'error_samples': samples,
         'wall_s': round(wall, 2),
         'agents_per_s': round(len(done) / wall, 1) if wall else None,
-        'p50_ms': round(_common.percentile(latencies, 50) * 1000, 1),
-        'p99_ms': round(_common.percentile(latencies, 99) * 1000, 1),
+        'p50_ms': _ms(stats.percentile(latencies, 50)),
+        'p99_ms': _ms(stats.percentile(latencies, 99)),
         'max_ms': round(max(latencies) * 1000, 1) if latencies else None,
         'db_writes_reported': db_writes,
         'placement_writes_reported': pl_writes,
@@ -877,7 +712,7 @@ def rabbit_cleanup(url, exchange, topic, server, reply_q):
                 channel = conn.channel()
 
 
-def run(args, cleanup, result):
+def run_phases(args, cleanup, result):
     from cyborg.agent import manager as agent_manager
     from cyborg.conductor import rpcapi as conductor_rpcapi
     from cyborg.drivers import fake
@@ -896,7 +731,7 @@ def run(args, cleanup, result):
                                                       ignore_errors=True))
 
     # Databases --------------------------------------------------------
-    db = Database(args.db, workdir, args.server_url)
+    db = deployment.Database(args.db, workdir, args.server_url)
     if not args.keep:
         cleanup.add('conductor database', db.drop)
     db.migrate()
@@ -905,9 +740,9 @@ def run(args, cleanup, result):
 
     placement_conn = None
     if args.placement_db == 'mysql':
-        pdb = Database('mysql', workdir, args.server_url
-                       if args.db == 'mysql' else None,
-                       prefix='placement_bench')
+        pdb = deployment.Database(
+            'mysql', workdir, args.server_url if args.db == 'mysql' else None,
+            prefix='placement_bench')
         if not args.keep:
             cleanup.add('placement database', pdb.drop)
         placement_conn = pdb.url
@@ -915,9 +750,9 @@ def run(args, cleanup, result):
 
     # Placement --------------------------------------------------------
     t0 = time.perf_counter()
-    proc = PlacementProcess(workdir, placement_conn)
+    proc = deployment.PlacementProcess(workdir, placement_conn)
     cleanup.add('placement process', proc.stop)
-    CPU_PIDS['placement process'] = proc.proc.pid
+    CPU_PIDS['placement process'] = proc.pid
     mariadb = _pidof('mariadbd') or _pidof('mysqld')
     if mariadb and 'mysql' in (args.db, args.placement_db):
         CPU_PIDS['mariadbd (shared server)'] = mariadb
@@ -970,7 +805,7 @@ def run(args, cleanup, result):
     agents = []
     for name in names:
         path = os.path.join(specs, name + '.yaml')
-        write_host_spec(path, args.devices)
+        hostspec.write_gpus(path, args.devices)
         agents.append(agent_manager.AgentManager(
             TimedConductorAPI(conductor_api),
             placement.PlacementClient(CountingAdapter(adapter)),
@@ -1153,9 +988,10 @@ def markdown(result):
     return '\n'.join(lines)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--agents', type=int, default=1000)
+def add_arguments(parser):
+    parser.add_argument('--agents', type=int,
+                        help='simulated agents (default 1000, 20 with '
+                             '--quick)')
     parser.add_argument('--devices', type=int, default=8,
                         help='GPUs per agent (default 8)')
     parser.add_argument('--concurrency', type=int, default=16,
@@ -1168,15 +1004,14 @@ def main(argv=None):
     parser.add_argument('--server-url',
                         help='SQLAlchemy URL of the database server for '
                              'mysql/postgresql; default %s'
-                             % _common.DEFAULT_SERVER_URLS)
+                             % deployment.DEFAULT_SERVER_URLS)
     parser.add_argument('--placement-db', choices=('sqlite', 'mysql'),
                         default='mysql',
                         help="Placement's database (default mysql: a "
                              'throw-away database on the local MariaDB, '
-                             'served by this script in a child process; '
-                             'sqlite: python -m tests.placement_process, '
-                             'which answers 500 "database is locked" to '
-                             'concurrent writers)')
+                             'sqlite: Placement on SQLite, which answers '
+                             '500 "database is locked" to concurrent '
+                             'writers)')
     parser.add_argument('--transport', choices=('fake', 'rabbit'),
                         default='fake')
     parser.add_argument('--rabbit-url', default=RABBIT_URL)
@@ -1196,23 +1031,15 @@ def main(argv=None):
                         help="show the agents' Placement retry warnings")
     parser.add_argument('--keep', action='store_true',
                         help='keep the temp dir and databases (debugging)')
-    parser.add_argument('--serve-placement', action='store_true',
-                        help=argparse.SUPPRESS)
-    parser.add_argument('--state-dir', help=argparse.SUPPRESS)
-    parser.add_argument('--placement-connection', help=argparse.SUPPRESS)
-    parser.add_argument('--port', type=int, default=0, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
 
-    if args.serve_placement:
-        return serve_placement(args.state_dir, args.placement_connection,
-                               args.port)
-    if args.quick and not any(a.startswith('--agents')
-                              for a in (argv or sys.argv)):
-        args.agents = 20
+
+def run(args):
+    if args.agents is None:
+        args.agents = 20 if args.quick else 1000
     if args.agents < 1 or args.devices < 1 or args.concurrency < 1:
-        parser.error('--agents, --devices and --concurrency must be >= 1')
+        args.parser.error('--agents, --devices and --concurrency must be '
+                          '>= 1')
 
-    sys.path.insert(0, REPO)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format='%(asctime)s %(levelname)s %(name)s: '
                                '%(message)s')
@@ -1227,20 +1054,14 @@ def main(argv=None):
     def _count(conn, cursor, statement, parameters, context, executemany):
         STATS.on_sql(statement)
 
-    result = {
-        'meta': {
-            'agents': args.agents, 'devices': args.devices,
-            'concurrency': args.concurrency, 'rounds': args.rounds,
-            'db': args.db, 'placement_db': args.placement_db,
-            'transport': args.transport, 'cpus': os.cpu_count(),
-            'python': platform.python_version(),
-            'sqlalchemy': sa.__version__,
-            'loadavg_start': [round(x, 2) for x in os.getloadavg()],
-            'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
-                timespec='seconds'),
-        },
-        'rounds': [],
-    }
+    meta = machine.describe()
+    meta.update({
+        'agents': args.agents, 'devices': args.devices,
+        'concurrency': args.concurrency, 'rounds': args.rounds,
+        'db': args.db, 'placement_db': args.placement_db,
+        'transport': args.transport, 'sqlalchemy': sa.__version__,
+    })
+    result = {'meta': meta, 'rounds': []}
     cleanup = Cleanup()
     status = {'done': False}
 
@@ -1260,7 +1081,7 @@ def main(argv=None):
 
     code = 0
     try:
-        run(args, cleanup, result)
+        run_phases(args, cleanup, result)
     except TimeLimit as e:
         log('TIME LIMIT: %s', e)
         if getattr(e, 'round', None):
@@ -1274,7 +1095,7 @@ def main(argv=None):
         cleanup.run()
         timer.cancel()
         status['done'] = True
-    result['meta']['loadavg_end'] = [round(x, 2) for x in os.getloadavg()]
+    result['meta']['loadavg_end'] = machine.loadavg()
     if result['rounds']:
         print(markdown(result))
     failed = [c for c in result.get('checks', []) if not c['ok']]
@@ -1290,7 +1111,3 @@ def main(argv=None):
         with open(args.json, 'w') as f:
             json.dump(result, f, indent=2, default=str)
     return code
-
-
-if __name__ == '__main__':
-    sys.exit(main())

@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""End-to-end API benchmark: a real HTTP server over loopback.
+# SPDX-License-Identifier: Apache-2.0
+"""API benchmark: the API under gunicorn, a real HTTP server over loopback.
 
 What it does, all on 127.0.0.1:
 
@@ -26,29 +26,23 @@ What it does, all on 127.0.0.1:
 
    as a Markdown table, and optionally as JSON (``--json FILE``).
 
-See docs/benchmarks.md for the method and the figures.
+See docs/benchmarks/api.md for the method and the figures.
 
 Examples::
 
-    .venv/bin/python benchmarks/api_bench.py --quick
-    .venv/bin/python benchmarks/api_bench.py --db sqlite --json /tmp/s.json
-    .venv/bin/python benchmarks/api_bench.py --db mysql
-    .venv/bin/python benchmarks/api_bench.py --db postgresql
+    cyborg-bench api --quick
+    cyborg-bench api --db sqlite --json /tmp/s.json
+    cyborg-bench api --db mysql
+    cyborg-bench api --db postgresql
 
 Speed targets belong here, not in the unit tests.
 """
 
-import argparse
 import datetime
-import http.client
 import json
 import os
-import platform
 import random
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -58,17 +52,18 @@ import warnings
 
 import sqlalchemy as sa
 
-import _common
+from cyborg_bench import client as http
+from cyborg_bench import deployment
+from cyborg_bench import machine
+from cyborg_bench import stats
 
 # oslo.service (imported through cyborg) warns that eventlet is deprecated.
 warnings.filterwarnings('ignore', message=r'\s*Eventlet is deprecated')
 
 HOST = '127.0.0.1'
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOAUTH_PROJECT = 'cyborg-bench-project'
 # What Nova's keystoneauth adapter sends: no Accept header, a JSON body
-# type on POST. (openstacksdk lists add Accept: application/json; the
-# benchmark probes that once and reports the answer.)
+# type on POST.
 DP_GROUPS = [{'resources:CUSTOM_ACCELERATOR_GPU': '1',
               'trait:CUSTOM_GPU_NVIDIA': 'required'}]
 
@@ -91,38 +86,6 @@ def log(msg):
 
 # --------------------------------------------------------------------------
 # Database
-
-
-class Database:
-    """A throw-away database: created in __init__, dropped by drop()."""
-
-    def __init__(self, kind, workdir, server_url=None):
-        self.kind = kind
-        self.name = 'cyborg_bench_%s' % uuid.uuid4().hex[:10]
-        self._admin = None
-        if kind == 'sqlite':
-            self.url = 'sqlite:///%s' % os.path.join(workdir, 'cyborg.sqlite')
-        else:
-            self._admin, self.url = _common.create_database(
-                kind, self.name, server_url)
-        self.engine = sa.create_engine(self.url)
-
-    def server_version(self):
-        with self.engine.connect() as conn:
-            if self.kind == 'sqlite':
-                return 'SQLite ' + conn.execute(
-                    sa.text('select sqlite_version()')).scalar()
-            version = conn.execute(sa.text('select version()')).scalar()
-            return version.split(' on ')[0]  # PostgreSQL: drop build info
-
-    def migrate(self):
-        from cyborg.db import migration
-        migration.upgrade(engine=self.engine)
-
-    def drop(self):
-        self.engine.dispose()
-        if self._admin is not None:
-            _common.drop_database(self._admin, self.kind, self.name)
 
 
 def _tables():
@@ -160,7 +123,7 @@ def _known(table, rows):
     return [{k: v for k, v in row.items() if k in names} for row in rows]
 
 
-def bulk_load_arqs(db, dp_id, target, instances, batch=10000):
+def bulk_load_arqs(engine, dp_id, target, instances, batch=10000):
     """Insert ARQs until the table holds `target` rows.
 
     Instances get 1 or 2 ARQs alternately (as from a one-group profile asking
@@ -170,10 +133,10 @@ def bulk_load_arqs(db, dp_id, target, instances, batch=10000):
     """
     _, arq = _tables()
     started = time.perf_counter()
-    have = count_rows(db.engine, arq)
+    have = count_rows(engine, arq)
     now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
     rows = []
-    with db.engine.begin() as conn:
+    with engine.begin() as conn:
         while have < target:
             instance = str(uuid.uuid4())
             instances.append(instance)
@@ -196,11 +159,11 @@ def bulk_load_arqs(db, dp_id, target, instances, batch=10000):
                 rows = []
         if rows:
             conn.execute(arq.insert(), _known(arq, rows))
-    with db.engine.begin() as conn:
+    with engine.begin() as conn:
         # Fresh statistics, as autovacuum/auto-analyze would give them.
-        if db.kind == 'postgresql':
+        if engine.dialect.name == 'postgresql':
             conn.execute(sa.text('ANALYZE extended_accelerator_requests'))
-        elif db.kind == 'mysql':
+        elif engine.dialect.name == 'mysql':
             conn.execute(
                 sa.text('ANALYZE TABLE extended_accelerator_requests'))
     return time.perf_counter() - started
@@ -208,12 +171,6 @@ def bulk_load_arqs(db, dp_id, target, instances, batch=10000):
 
 # --------------------------------------------------------------------------
 # Server
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def write_config(path, db_url, pool_size):
@@ -230,13 +187,12 @@ def write_config(path, db_url, pool_size):
                 % (NOAUTH_PROJECT, db_url, pool_size))
 
 
-class Server:
+class Server(deployment.Process):
     """gunicorn serving cyborg.wsgi.api:application in a subprocess."""
 
     def __init__(self, config, workdir, workers, threads, worker_class,
                  timeout=60.0):
-        self.port = free_port()
-        self.log_path = os.path.join(workdir, 'gunicorn.log')
+        self.port = deployment.free_port()
         cmd = [sys.executable, '-m', 'gunicorn',
                '--bind', '%s:%d' % (HOST, self.port),
                '--workers', str(workers),
@@ -248,89 +204,31 @@ class Server:
                '--error-logfile', '-',
                '--no-control-socket',
                'cyborg.wsgi.api:application']
-        env = dict(os.environ, CYBORG_CONFIG_FILE=config, PYTHONUNBUFFERED='1')
-        self._log = open(self.log_path, 'wb')
-        self.proc = subprocess.Popen(cmd, cwd=workdir, env=env,
-                                     stdout=self._log,
-                                     stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        self._wait_ready(timeout)
-
-    def _wait_ready(self, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError('gunicorn exited with %s:\n%s'
-                                   % (self.proc.returncode, self.log_tail()))
-            try:
-                conn = http.client.HTTPConnection(HOST, self.port, timeout=2)
-                conn.request('GET', '/v2/device_profiles')
-                status = conn.getresponse().status
-                conn.close()
-                if status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError('gunicorn did not answer within %.0fs:\n%s'
-                           % (timeout, self.log_tail()))
-
-    def log_tail(self, lines=40):
-        if not self._log.closed:
-            self._log.flush()
-        with open(self.log_path, errors='replace') as f:
-            return ''.join(f.readlines()[-lines:])
+        super().__init__('gunicorn', cmd, workdir,
+                         env={'CYBORG_CONFIG_FILE': config})
+        try:
+            self.wait_for(lambda: deployment.answers(
+                'http://%s:%d/v2/device_profiles' % (HOST, self.port)),
+                'an answer', timeout)
+        except BaseException:
+            self.stop()
+            raise
 
     def cpu_seconds(self):
         """User+system CPU seconds used so far by gunicorn's master and
-        workers (from /proc; None where /proc is unavailable). Unlike wall
-        time this hardly moves when other jobs share the CPUs."""
-        tick = os.sysconf('SC_CLK_TCK')
-        total = 0
-        try:
-            pids = os.listdir('/proc')
-        except OSError:
-            return None
-        for pid in pids:
-            if not pid.isdigit():
-                continue
-            try:
-                with open('/proc/%s/stat' % pid) as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(')') + 2:].split()
-            if int(pid) == self.proc.pid or int(fields[1]) == self.proc.pid:
-                total += int(fields[11]) + int(fields[12])
-        return total / tick
+        workers. Unlike wall time this hardly moves when other jobs share
+        the CPUs."""
+        return deployment.group_cpu_seconds(self.pid)
 
     def log_offset(self):
-        if not self._log.closed:
-            self._log.flush()
-        return os.path.getsize(self.log_path)
+        return len(self.text())
 
     def log_problems(self, offset=0):
         """Lines of the server log (from `offset`) that point at trouble."""
-        if not self._log.closed:
-            self._log.flush()
         keys = ('Traceback', 'ERROR', 'CRITICAL', 'WORKER TIMEOUT',
                 'Worker exited', 'was sent SIG', 'Error', 'locked')
-        with open(self.log_path, 'rb') as f:
-            f.seek(offset)
-            text = f.read().decode(errors='replace')
-        return [line.rstrip() for line in text.splitlines()
+        return [line.rstrip() for line in self.text()[offset:].splitlines()
                 if any(k in line for k in keys)]
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()  # gunicorn: graceful stop of all workers
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        self._log.close()
 
 
 # --------------------------------------------------------------------------
@@ -339,7 +237,7 @@ class Server:
 
 def Client(port, timeout):
     """A keep-alive connection to the API (JSON bodies)."""
-    return _common.Client(port, timeout)
+    return http.local(port, timeout=timeout)
 
 
 def run_phase(port, name, make_request, expect, count, concurrency,
@@ -379,7 +277,6 @@ def run_phase(port, name, make_request, expect, count, concurrency,
                 except Exception as e:  # noqa: BLE001 - counted as error
                     status, payload = 'exc:%s' % type(e).__name__, repr(e)
                     client.close()
-                    client = Client(port, request_timeout)
                 mine.append(time.perf_counter() - t0)
                 with lock:
                     statuses[status] = statuses.get(status, 0) + 1
@@ -409,10 +306,6 @@ def run_phase(port, name, make_request, expect, count, concurrency,
         'name': name, 'rows': rows, 'requests': done, 'planned': count,
         'concurrency': concurrency, 'seconds': round(elapsed, 3),
         'req_per_s': round(done / elapsed, 1) if elapsed else 0.0,
-        'p50_ms': round(_common.percentile(latencies, 50) * 1000, 2),
-        'p99_ms': round(_common.percentile(latencies, 99) * 1000, 2),
-        'max_ms': round(latencies[-1] * 1000, 2) if latencies else None,
-        'mean_ms': round(sum(latencies) / done * 1000, 2) if done else None,
         'server_cpu_ms_per_req': (
             round((cpu_after - cpu_before) / done * 1000, 2)
             if done and cpu_before is not None and cpu_after is not None
@@ -423,12 +316,13 @@ def run_phase(port, name, make_request, expect, count, concurrency,
         'error_samples': samples,
         'truncated_by_time_limit': done < count,
     }
+    result.update(stats.summarize(latencies))
     if name is None:
         return result
-    log('%-45s rows=%-7s n=%-5d %7.1f req/s  p50 %7.2f ms  p99 %7.2f ms  '
+    log('%-45s rows=%-7s n=%-5d %7.1f req/s  p50 %s ms  p99 %s ms  '
         'server CPU %s ms/req  errors %d'
         % (name, rows if rows is not None else '-', done,
-           result['req_per_s'], result['p50_ms'], result['p99_ms'],
+           result['req_per_s'], result.get('p50_ms'), result.get('p99_ms'),
            result['server_cpu_ms_per_req'], errors))
     return result
 
@@ -441,16 +335,16 @@ class TimeBudgetSpent(Exception):
     pass
 
 
-def run_benchmark(args, profile, db, server, deadline):
+def run_benchmark(args, profile, engine, server, deadline):
     results = []
     try:
-        _scenarios(args, profile, db, server, deadline, results)
+        _scenarios(args, profile, engine, server, deadline, results)
     except TimeBudgetSpent:
         log('WARNING: --max-seconds spent; later scenarios skipped')
     return results
 
 
-def _scenarios(args, profile, db, server, deadline, results):
+def _scenarios(args, profile, engine, server, deadline, results):
     """Run every scenario in order, appending to `results`."""
     run_id = uuid.uuid4().hex[:6]
     dp_table, arq_table = _tables()
@@ -476,19 +370,19 @@ def _scenarios(args, profile, db, server, deadline, results):
 
     phase('POST /v2/device_profiles', dp_create, 201, profile['dp_create'],
           rows=None)
-    results[-1]['rows'] = '0→%d' % count_rows(db.engine, dp_table)
+    results[-1]['rows'] = '0→%d' % count_rows(engine, dp_table)
 
     # Exactly DP_LIST_ROWS profiles for the list scenario.
-    have = count_rows(db.engine, dp_table)
+    have = count_rows(engine, dp_table)
     client = Client(server.port, 30)
     for i in range(have, DP_LIST_ROWS):
         status, body = client.request(*dp_create(100000 + i))
         if status != 201:
             raise RuntimeError('seeding profiles: %s %s' % (status, body))
     client.close()
-    trim_device_profiles(db.engine, DP_LIST_ROWS)
-    assert count_rows(db.engine, dp_table) == DP_LIST_ROWS
-    with db.engine.connect() as conn:
+    trim_device_profiles(engine, DP_LIST_ROWS)
+    assert count_rows(engine, dp_table) == DP_LIST_ROWS
+    with engine.connect() as conn:
         bench_dp = conn.execute(
             sa.select(dp_table.c.id, dp_table.c.name)
             .order_by(dp_table.c.id).limit(1)).one()
@@ -502,16 +396,16 @@ def _scenarios(args, profile, db, server, deadline, results):
         'POST', '/v2/accelerator_requests',
         {'device_profile_name': bench_dp.name}), 201, profile['arq_create'],
         rows=None)
-    results[-1]['rows'] = '0→%d' % count_rows(db.engine, arq_table)
-    delete_all_arqs(db.engine)
+    results[-1]['rows'] = '0→%d' % count_rows(engine, arq_table)
+    delete_all_arqs(engine)
 
     # GET /v2/accelerator_requests?instance=<uuid> as the table grows.
     instances = []
     rng = random.Random(42)
     for size in profile['sizes']:
-        secs = bulk_load_arqs(db, bench_dp.id, size, instances)
+        secs = bulk_load_arqs(engine, bench_dp.id, size, instances)
         log('ARQ table now %d rows (loaded in %.1fs)'
-            % (count_rows(db.engine, arq_table), secs))
+            % (count_rows(engine, arq_table), secs))
         verify_lookup(server.port, instances[-1])
         picks = [rng.choice(instances) for _ in range(profile['lookup']
                                                       + warmup)]
@@ -523,30 +417,31 @@ def _scenarios(args, profile, db, server, deadline, results):
         r = phase('GET /v2/accelerator_requests?instance=', lookup, 200,
                   profile['lookup'], rows=size)
         r['bulk_load_seconds'] = round(secs, 2)
-        r['plan'] = explain_lookup(db, instances[-1])
+        r['plan'] = explain_lookup(engine, instances[-1])
     return results
 
 
-def explain_lookup(db, instance):
+def explain_lookup(engine, instance):
     """The database's plan for the ARQ-by-instance query the API runs
     (rebuilt from cyborg.db.arqs; None if its internals moved)."""
     try:
         from cyborg.db import arqs
         query = (arqs._SELECT.where(arqs.ARQ.c.instance_uuid == instance)
                  .order_by(arqs.ARQ.c.id).limit(1000))
-        sql = str(query.compile(dialect=db.engine.dialect,
+        sql = str(query.compile(dialect=engine.dialect,
                                 compile_kwargs={'literal_binds': True}))
     except Exception as e:  # noqa: BLE001 - informational only
         return ['(no plan: %s)' % e]
-    prefix = 'EXPLAIN QUERY PLAN ' if db.kind == 'sqlite' else 'EXPLAIN '
-    with db.engine.connect() as conn:
+    kind = engine.dialect.name
+    prefix = 'EXPLAIN QUERY PLAN ' if kind == 'sqlite' else 'EXPLAIN '
+    with engine.connect() as conn:
         result = conn.execute(sa.text(prefix + sql))
         cols = list(result.keys())
         plan = []
         for row in result:
-            if db.kind == 'postgresql':
+            if kind == 'postgresql':
                 plan.append(row[0])
-            elif db.kind == 'sqlite':
+            elif kind == 'sqlite':
                 plan.append(row[-1])
             else:
                 d = dict(zip(cols, row))
@@ -567,18 +462,6 @@ def verify_lookup(port, instance):
             or any(a['instance_uuid'] != instance for a in arqs)):
         raise RuntimeError('lookup of %s answered %s %s'
                            % (instance, status, body[:500]))
-
-
-def probe_accept_json(port):
-    """Status of GET /v2/device_profiles with Accept: application/json (as
-    openstacksdk's Resource.list sends it); 200 expected."""
-    conn = http.client.HTTPConnection(HOST, port, timeout=10)
-    conn.request('GET', '/v2/device_profiles',
-                 headers={'Accept': 'application/json'})
-    resp = conn.getresponse()
-    resp.read()
-    conn.close()
-    return resp.status
 
 
 def markdown(meta, results):
@@ -604,22 +487,22 @@ def markdown(meta, results):
             done += ' (of %d)' % r['planned']
         cpu = r['server_cpu_ms_per_req']
         lines.append(
-            '| `%s` | %s | %s | %d | %.1f | %.2f | %.2f | %.2f | %s |'
-            % (name, rows, done, r['errors'], r['req_per_s'], r['p50_ms'],
-               r['p99_ms'], r['max_ms'] or 0,
+            '| `%s` | %s | %s | %d | %.1f | %s | %s | %s | %s |'
+            % (name, rows, done, r['errors'], r['req_per_s'],
+               stats.fmt(r, 'p50_ms', 2), stats.fmt(r, 'p99_ms', 2),
+               stats.fmt(r, 'max_ms', 2),
                '–' if cpu is None else '%.2f' % cpu))
     return '\n'.join(lines)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+def add_arguments(parser):
     parser.add_argument('--db', choices=('sqlite', 'mysql', 'postgresql'),
                         default='sqlite')
     parser.add_argument('--server-url',
                         help='SQLAlchemy URL of the database server for '
                              'mysql/postgresql (a throw-away database is '
                              'created on it); default %s'
-                             % _common.DEFAULT_SERVER_URLS)
+                             % deployment.DEFAULT_SERVER_URLS)
     parser.add_argument('--workers', type=int, default=2,
                         help='gunicorn worker processes (default 2)')
     parser.add_argument('--threads', type=int, default=1,
@@ -650,7 +533,9 @@ def main(argv=None):
                         help='also write the results as JSON')
     parser.add_argument('--keep', action='store_true',
                         help='keep the temp dir and database (debugging)')
-    args = parser.parse_args(argv)
+
+
+def run(args):
     if args.worker_class is None:
         args.worker_class = 'sync' if args.threads == 1 else 'gthread'
 
@@ -663,47 +548,38 @@ def main(argv=None):
     if args.phase_seconds:
         profile['phase_seconds'] = args.phase_seconds
 
-    sys.path.insert(0, REPO)
     started = time.perf_counter()
     workdir = tempfile.mkdtemp(prefix='cyborg-bench-')
-    db = server = None
+    db = server = engine = None
     meta = {}
     try:
-        db = Database(args.db, workdir, args.server_url)
+        db = deployment.Database(args.db, workdir, args.server_url)
         db.migrate()
+        engine = db.engine()
         log('database %s migrated (%s)' % (db.kind, db.server_version()))
         config = os.path.join(workdir, 'cyborg.conf')
         write_config(config, db.url, pool_size=max(5, args.threads))
         server = Server(config, workdir, args.workers, args.threads,
                         args.worker_class)
         log('gunicorn up on %s:%d' % (HOST, server.port))
-        meta = {
+        meta = dict(machine.describe())
+        meta.update({
             'db': args.db, 'db_version': db.server_version(),
             'workers': args.workers, 'threads': args.threads,
             'worker_class': args.worker_class,
-            'concurrency': args.concurrency, 'cpus': os.cpu_count(),
-            'python': platform.python_version(),
-            'loadavg_start': [round(x, 2) for x in os.getloadavg()],
+            'concurrency': args.concurrency,
             'sqlalchemy': sa.__version__,
-            'git': _common.git_revision(),
             'mode': 'quick' if args.quick else 'full',
             'profile': {k: list(v) if isinstance(v, tuple) else v
                         for k, v in profile.items()},
-            'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
-                timespec='seconds'),
-        }
-        meta['accept_json_status'] = probe_accept_json(server.port)
-        if meta['accept_json_status'] != 200:
-            log('WARNING: GET /v2/device_profiles with "Accept: '
-                'application/json" answered %s (openstacksdk sends that '
-                'header on lists)' % meta['accept_json_status'])
+        })
         offset = server.log_offset()
-        results = run_benchmark(args, profile, db, server,
+        results = run_benchmark(args, profile, engine, server,
                                 deadline=time.monotonic() + args.max_seconds
                                 - (time.perf_counter() - started))
         problems = server.log_problems(offset)
         meta['total_seconds'] = round(time.perf_counter() - started, 1)
-        meta['loadavg_end'] = [round(x, 2) for x in os.getloadavg()]
+        meta['loadavg_end'] = machine.loadavg()
         meta['server_log_problems'] = problems[:50]
         print(markdown(meta, results))
         for r in results:
@@ -711,11 +587,8 @@ def main(argv=None):
                 print('\nPlan of the lookup query at %s rows:' % r['rows'])
                 for line in r['plan']:
                     print('    ' + line)
-        print('\nTotal run time %.1fs. Probe GET with "Accept: '
-              'application/json" -> %s. Server log problem lines during the '
-              'scenarios: %d'
-              % (meta['total_seconds'], meta['accept_json_status'],
-                 len(problems)))
+        print('\nTotal run time %.1fs. Server log problem lines during the '
+              'scenarios: %d' % (meta['total_seconds'], len(problems)))
         for line in problems[:20]:
             print('    ' + line)
         if args.json:
@@ -731,13 +604,11 @@ def main(argv=None):
     finally:
         if server is not None:
             server.stop()
+        if engine is not None:
+            engine.dispose()
         if db is not None and not args.keep:
             db.drop()
         if args.keep:
             log('kept %s (database %s)' % (workdir, db and db.url))
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-
-
-if __name__ == '__main__':
-    sys.exit(main())

@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""Bind latency benchmark: Nova's PATCH, and PATCH → accelerator-request-bound.
+# SPDX-License-Identifier: Apache-2.0
+"""Bind latency: Nova's PATCH, and PATCH → accelerator-request-bound.
 
 What it does, all on 127.0.0.1:
 
@@ -36,19 +36,18 @@ What it does, all on 127.0.0.1:
 
 Two warm-up rounds at concurrency 10 come first (not measured). ``--py-spy
 FILE`` records the aio process during the measured rounds (``pip install
-py-spy`` into the venv first); ``--experiment NAME`` starts cyborg-aio with
-a candidate fix monkeypatched in (see EXPERIMENTS; the repository's code is
-not changed), for A/B runs. See docs/bind-latency.md for results.
+py-spy`` into the venv first). ``--deployment distributed`` runs the same
+rounds against Placement, cyborg-api, cyborg-conductor and cyborg-agent as
+separate processes over RabbitMQ. See docs/benchmarks/bind-latency.md for
+results.
 
 Examples::
 
-    .venv/bin/python benchmarks/bind_bench.py --quick
-    .venv/bin/python benchmarks/bind_bench.py --json /tmp/bind.json
-    .venv/bin/python benchmarks/bind_bench.py --rounds 1:100,10:30,100:10
-    .venv/bin/python benchmarks/bind_bench.py --rounds 10:20 \
-        --py-spy /tmp/aio.txt --py-spy-mode gil
-    .venv/bin/python benchmarks/bind_bench.py --experiment wal \
-        --experiment fake-notify
+    cyborg-bench bind --quick
+    cyborg-bench bind --json /tmp/bind.json
+    cyborg-bench bind --rounds 1:100,10:30,100:10
+    cyborg-bench bind --rounds 10:20 --py-spy /tmp/aio.txt --py-spy-mode gil
+    cyborg-bench bind --deployment distributed --db mysql --quick
 
 The client threads and the receiver run in this process, on the same
 machine as the service: on a small machine they compete with it for CPU,
@@ -57,18 +56,12 @@ arrivals. Exit status 0 when every bind was verified (targets missed or not),
 1 otherwise.
 """
 
-import argparse
-import datetime
-import http.server
 import json
 import math
 import os
-import platform
-import queue
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -76,23 +69,17 @@ import threading
 import time
 import uuid
 
-from cyborg_bench import events as bench_events
+from cyborg_bench import client as http
+from cyborg_bench import deployment
+from cyborg_bench import events
+from cyborg_bench import hostspec
+from cyborg_bench import machine
+from cyborg_bench import stats
 
-import _common
-import _distributed
-
-HOST = '127.0.0.1'
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EVENT_PATH = '/os-server-external-events'
 EVENT_NAME = 'accelerator-request-bound'
 PROFILE_NAME = 'bind-bench-fpga'
 PROFILE_GROUPS = [{'resources:FPGA': '1',
                    'trait:CUSTOM_FAKE_DEVICE': 'required'}]
-PROJECT = 'bind-bench-project'
-# Nova's identity on its calls to the accelerator API (service token).
-NOVA_HEADERS = {'X-Roles': 'member', 'X-Service-Roles': 'service',
-                'X-Project-Id': PROJECT, 'X-User-Id': 'nova',
-                'Content-Type': 'application/json'}
 TARGETS_MS = {'patch_p99': 20.0, 'event_p99': 100.0}
 
 # concurrency -> rounds
@@ -105,334 +92,6 @@ ROUNDS = {
 def log(msg):
     print('[bind-bench %s] %s' % (time.strftime('%H:%M:%S'), msg),
           file=sys.stderr, flush=True)
-
-
-def summary(values_s):
-    """p50/p90/p99/max/mean in ms of a list of seconds."""
-    v = sorted(values_s)
-    if not v:
-        return {'n': 0}
-    ms = lambda x: round(x * 1000, 2)  # noqa: E731
-    return {'n': len(v), 'p50_ms': ms(_common.percentile(v, 50)),
-            'p90_ms': ms(_common.percentile(v, 90)),
-            'p99_ms': ms(_common.percentile(v, 99)),
-            'max_ms': ms(v[-1]), 'mean_ms': ms(sum(v) / len(v))}
-
-
-# --------------------------------------------------------------------------
-# The host spec
-
-
-def write_host_spec(path, devices, functions):
-    """FPGA cards on buses 0x20.., each with `functions` functions (the
-    fake driver numbers them device*8+function from the card's address, so
-    8 functions fill one PCI device slot)."""
-    if not 1 <= devices <= 0xdf:
-        raise ValueError('--devices must be 1..223')
-    lines = ['# Written by benchmarks/bind_bench.py', 'devices:']
-    for i in range(devices):
-        lines += ['  - type: FPGA',
-                  '    vendor_id: "0xabcd"',
-                  '    product_id: "0xabcd"',
-                  '    model: Bind bench FPGA',
-                  '    pci_address: "0000:%02x:00.0"' % (0x20 + i),
-                  '    numa_node: %d' % (i % 2),
-                  '    functions: %d' % functions,
-                  '    traits: [CUSTOM_FAKE_DEVICE]']
-    with open(path, 'w') as f:
-        f.write('\n'.join(lines) + '\n')
-
-
-# --------------------------------------------------------------------------
-# Nova's events API, recording arrivals
-
-
-class EventReceiver:
-    """POST /os-server-external-events → 200, every event code 200.
-
-    arrivals: tag → (perf_counter at arrival, event); the first event per
-    tag counts, later ones are counted in `duplicates`.
-    """
-
-    def __init__(self):
-        self.cond = threading.Condition()
-        self.arrivals = {}
-        self.duplicates = []
-        self.batches = []      # (perf_counter, events in the POST)
-        self.versions = set()  # microversion headers seen
-        self.bad_requests = []
-        receiver = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = 'HTTP/1.1'  # keep-alive, as Nova's API
-
-            def do_POST(self):
-                length = int(self.headers.get('Content-Length') or 0)
-                raw = self.rfile.read(length)
-                now = time.perf_counter()
-                try:
-                    events = json.loads(raw)['events']
-                    if not isinstance(events, list):
-                        raise TypeError('events is not a list')
-                except (ValueError, KeyError, TypeError) as e:
-                    receiver.bad_requests.append('%s: %r' % (e, raw[:200]))
-                    self._answer(400, {'badRequest': {'message': str(e)}})
-                    return
-                if self.path.rstrip('/').rsplit('/', 1)[-1] != \
-                        EVENT_PATH.lstrip('/'):
-                    receiver.bad_requests.append('path %s' % self.path)
-                    self._answer(404, {'itemNotFound': {}})
-                    return
-                receiver.record(now, events, self.headers)
-                self._answer(200, {'events': [dict(e, code=200)
-                                              for e in events]})
-
-            def _answer(self, status, body):
-                bench_events.reply_json(self, status, body)
-
-            def log_message(self, fmt, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer((HOST, 0), Handler)
-        self.server.daemon_threads = True
-        self._thread = threading.Thread(target=self.server.serve_forever,
-                                        name='event-receiver', daemon=True)
-
-    @property
-    def url(self):
-        return 'http://%s:%d' % self.server.server_address[:2]
-
-    def start(self):
-        self._thread.start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-    def record(self, now, events, headers):
-        with self.cond:
-            self.batches.append((now, len(events)))
-            self.versions.add((headers.get('OpenStack-API-Version'),
-                               headers.get('X-OpenStack-Nova-API-Version')))
-            for e in events:
-                tag = e.get('tag')
-                if tag in self.arrivals:
-                    self.duplicates.append(e)
-                else:
-                    self.arrivals[tag] = (now, e)
-            self.cond.notify_all()
-
-    def wait_for(self, tags, timeout):
-        """True once every tag arrived; False at the timeout."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                if all(t in self.arrivals for t in tags):
-                    return True
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.cond.wait(left)
-
-
-# --------------------------------------------------------------------------
-# Experiments: candidate fixes applied to the aio process at start-up
-# (monkeypatches in the child only; the service code is not changed).
-
-EXPERIMENTS = {
-    'wal': 'SQLite journal_mode=WAL (kept in the database file; commits '
-           'stay durable: synchronous is still FULL)',
-    'sync-normal': 'SQLite synchronous=NORMAL on every connection (with '
-                   'WAL: no fsync per commit, only at checkpoints)',
-    'fake-notify': 'oslo.messaging fake:// listeners wake on delivery '
-                   'instead of polling every 50 ms',
-}
-
-
-def apply_experiments(names):
-    import sqlite3
-
-    pragmas = []
-    if 'wal' in names:
-        pragmas.append('PRAGMA journal_mode=WAL')
-    if 'sync-normal' in names:
-        pragmas.append('PRAGMA synchronous=NORMAL')
-    if pragmas:
-        import sqlalchemy as sa
-
-        @sa.event.listens_for(sa.engine.Engine, 'connect')
-        def _pragmas(dbapi_conn, record):
-            if isinstance(dbapi_conn, sqlite3.Connection):
-                for pragma in pragmas:
-                    dbapi_conn.execute(pragma).close()
-
-    if 'fake-notify' in names:
-        from oslo_messaging._drivers import base as drv_base
-        from oslo_messaging._drivers import impl_fake
-
-        cond = threading.Condition()
-        generation = [0]
-        deliver = impl_fake.FakeExchange.deliver_message
-
-        def deliver_message(self, *a, **kw):
-            result = deliver(self, *a, **kw)
-            with cond:
-                generation[0] += 1
-                cond.notify_all()
-            return result
-
-        def poll(self, timeout=None):
-            # impl_fake.FakeListener.poll, waiting on `cond` instead of
-            # time.sleep(0.05).
-            deadline = None if timeout is None else time.time() + timeout
-            while not self._stopped.is_set():
-                with cond:
-                    seen = generation[0]
-                for target in self._targets:
-                    exchange = self._exchange_manager.get_exchange(
-                        target.exchange)
-                    ctxt, message, reply_q, requeue = exchange.poll(
-                        target, self._pool)
-                    if message is not None:
-                        return impl_fake.FakeIncomingMessage(
-                            ctxt, message, reply_q, requeue)
-                pause = 0.050
-                if deadline is not None:
-                    pause = min(deadline - time.time(), 0.050)
-                    if pause < 0:
-                        break
-                with cond:
-                    if generation[0] == seen:
-                        cond.wait(pause)
-            return None
-
-        impl_fake.FakeExchange.deliver_message = deliver_message
-        impl_fake.FakeListener.poll = drv_base.batch_poll_helper(poll)
-
-
-def run_aio_child(argv):
-    """`bind_bench.py --run-aio EXP[,EXP] -- AIO ARGS`: cyborg-aio with
-    the experiments applied."""
-    names = [n for n in argv[0].split(',') if n and n != 'none']
-    unknown = set(names) - set(EXPERIMENTS)
-    if unknown:
-        sys.exit('unknown experiment(s) %s' % sorted(unknown))
-    apply_experiments(names)
-    from cyborg.cmd import aio
-    return aio.main(argv[2:] if argv[1:2] == ['--'] else argv[1:])
-
-
-# --------------------------------------------------------------------------
-# The service
-
-
-class Aio:
-    """cyborg-aio in a subprocess (its own session), stderr to a log."""
-
-    def __init__(self, workdir, spec, nova_url, timeout=90.0, debug=False,
-                 exe=None, experiments=()):
-        self.log_path = os.path.join(workdir, 'aio.log')
-        self._log = open(self.log_path, 'wb')
-        if exe:
-            cmd = exe.split()
-        elif experiments:
-            cmd = [sys.executable, os.path.abspath(__file__), '--run-aio',
-                   ','.join(experiments), '--']
-        else:
-            exe = os.path.join(os.path.dirname(sys.executable), 'cyborg-aio')
-            cmd = [exe] if os.path.exists(exe) else [
-                sys.executable, '-m', 'cyborg.cmd.aio']
-        cmd += ['--no-demo', '--nova-endpoint', nova_url,
-                '--host-spec', spec,
-                '--state-dir', os.path.join(workdir, 'state'),
-                '--port', '0', '--placement-port', '0',
-                '--metrics-port', '0']
-        if debug:
-            cmd.append('--debug')
-        self.cmd = cmd
-        env = dict(os.environ, PYTHONUNBUFFERED='1',
-                   PYTHONWARNINGS='ignore')
-        self.proc = subprocess.Popen(cmd, cwd=workdir, env=env,
-                                     stdout=subprocess.PIPE,
-                                     stderr=self._log,
-                                     start_new_session=True)
-        self.api_url = self.placement_url = None
-        try:
-            self._wait_ready(timeout)
-        except BaseException:
-            self.stop()  # also on Ctrl-C: never leave it running
-            raise
-        rest = self.api_url.split('//', 1)[1]
-        hostport, self.prefix = rest.split('/', 1)
-        self.prefix = '/' + self.prefix.rstrip('/')
-        self.port = int(hostport.rsplit(':', 1)[1])
-
-    def _wait_ready(self, timeout):
-        lines = queue.Queue()
-        threading.Thread(target=self._pump, args=(lines,), daemon=True,
-                         name='aio-stdout').start()
-        deadline = time.monotonic() + timeout
-        while self.api_url is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RuntimeError('cyborg-aio printed no ready line within '
-                                   '%.0fs:\n%s' % (timeout, self.log_tail()))
-            try:
-                line = lines.get(timeout=min(left, 0.5))
-            except queue.Empty:
-                if self.proc.poll() is not None:
-                    raise RuntimeError('cyborg-aio exited with %s:\n%s' % (
-                        self.proc.returncode, self.log_tail()))
-                continue
-            if line is not None and 'cyborg-aio ready:' in line:
-                for word in line.split():
-                    if word.startswith('api='):
-                        self.api_url = word[4:]
-                    elif word.startswith('placement='):
-                        self.placement_url = word[10:]
-
-    def _pump(self, lines):
-        try:
-            for raw in self.proc.stdout:
-                lines.put(raw.decode(errors='replace').strip())
-        except (OSError, ValueError):  # closed by stop()
-            pass
-        lines.put(None)
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def cpu_seconds(self):
-        """user+system CPU time of the aio process so far."""
-        try:
-            with open('/proc/%d/stat' % self.proc.pid) as f:
-                fields = f.read().rsplit(')', 1)[1].split()
-            ticks = os.sysconf('SC_CLK_TCK')
-            return (int(fields[11]) + int(fields[12])) / ticks
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def log_tail(self, lines=40):
-        if not self._log.closed:
-            self._log.flush()
-        with open(self.log_path, errors='replace') as f:
-            return ''.join(f.readlines()[-lines:])
-
-    def log_problems(self):
-        if not self._log.closed:
-            self._log.flush()
-        keys = ('Traceback', 'ERROR', 'CRITICAL', 'WARNING', 'locked')
-        with open(self.log_path, errors='replace') as f:
-            return [line.rstrip() for line in f
-                    if any(k in line for k in keys)]
-
-    def stop(self):
-        _distributed.stop_group(self.proc, on_kill=lambda: log(
-            'cyborg-aio did not stop within 20 s of SIGTERM; killing it'))
-        if self.proc.stdout:
-            self.proc.stdout.close()
-        self._log.close()
 
 
 class PySpy:
@@ -475,29 +134,12 @@ class PySpy:
 
 
 # --------------------------------------------------------------------------
-# Client
+# Clients
 
 
-class Client(_common.Client):
-    """One keep-alive connection with Nova's headers."""
-
-    def __init__(self, port, prefix, timeout):
-        super().__init__(port, timeout, prefix=prefix, headers=NOVA_HEADERS)
-
-    def json(self, method, path, body=None, expect=200, headers=None):
-        status, payload = self.request(method, path, body, headers)
-        if status != expect:
-            raise RuntimeError('%s %s -> %s (expected %s): %s' % (
-                method, path, status, expect, payload[:500]))
-        return json.loads(payload) if payload else None
-
-
-def bind_body(arq_uuid, hostname, rp_uuid, instance):
-    """What Nova's cyborg client PATCHes (one instance per PATCH)."""
-    return {arq_uuid: [
-        {'path': '/hostname', 'op': 'add', 'value': hostname},
-        {'path': '/device_rp_uuid', 'op': 'add', 'value': rp_uuid},
-        {'path': '/instance_uuid', 'op': 'add', 'value': instance}]}
+def nova_client(port, prefix, timeout):
+    """One keep-alive connection with Nova's identity (service token)."""
+    return http.local(port, prefix, http.NOVA_HEADERS, timeout)
 
 
 # --------------------------------------------------------------------------
@@ -535,7 +177,7 @@ def run_round(aio, receiver, clients, concurrency, hostname, rp_uuids,
         try:
             t0 = time.perf_counter()
             # Also warms this thread's connection for the PATCH.
-            body = client.json('POST', '/accelerator_requests',
+            body = client.call('POST', '/v2/accelerator_requests',
                                {'device_profile_name': PROFILE_NAME},
                                expect=201)
             creates[i] = time.perf_counter() - t0
@@ -549,11 +191,11 @@ def run_round(aio, receiver, clients, concurrency, hostname, rp_uuids,
             barrier.wait()
         except threading.BrokenBarrierError:
             return
-        body = bind_body(arqs[i], hostname, rps[i], instances[i])
+        body = http.bind_body(arqs[i], hostname, rps[i], instances[i])
         t0 = time.perf_counter()
         try:
-            status, payload = client.request('PATCH', '/accelerator_requests',
-                                             body)
+            status, payload = client.request(
+                'PATCH', '/v2/accelerator_requests', body)
         except Exception as e:  # noqa: BLE001 - reported
             status, payload = 'exc:%s' % type(e).__name__, repr(e).encode()
         t1 = time.perf_counter()
@@ -583,7 +225,7 @@ def run_round(aio, receiver, clients, concurrency, hostname, rp_uuids,
     counts['patch_failed'] = c - sum(accepted)
     # Only an accepted (202) PATCH owes an event.
     tags = [a for i, a in enumerate(arqs) if accepted[i]]
-    arrived = receiver.wait_for(tags, event_timeout)
+    arrived = receiver.wait_all(tags, event_timeout)
     cpu1 = aio.cpu_seconds()
     if not arrived:
         missing = [t for t in tags if t not in receiver.arrivals]
@@ -616,8 +258,9 @@ def run_round(aio, receiver, clients, concurrency, hostname, rp_uuids,
         if not accepted[i]:
             continue
         try:
-            found = verifier.json(
-                'GET', '/accelerator_requests?instance=%s' % instance)['arqs']
+            found = verifier.call(
+                'GET', '/v2/accelerator_requests?instance=%s'
+                % instance)['arqs']
         except Exception as e:  # noqa: BLE001 - reported
             errors.append('GET ?instance=%s: %s' % (instance, e))
             continue
@@ -642,7 +285,7 @@ def run_round(aio, receiver, clients, concurrency, hostname, rp_uuids,
         if not accepted[i]:
             continue
         try:
-            verifier.json('DELETE', '/accelerator_requests?instance=%s'
+            verifier.call('DELETE', '/v2/accelerator_requests?instance=%s'
                           % instance, expect=204)
         except Exception as e:  # noqa: BLE001 - reported
             errors.append('DELETE ?instance=%s: %s' % (instance, e))
@@ -650,8 +293,8 @@ def run_round(aio, receiver, clients, concurrency, hostname, rp_uuids,
         # ARQs whose instance was never bound (a failed PATCH).
         if arq is not None and not accepted[i]:
             try:
-                verifier.json('DELETE', '/accelerator_requests?arqs=%s' % arq,
-                              expect=204)
+                verifier.call('DELETE', '/v2/accelerator_requests?arqs=%s'
+                              % arq, expect=204)
             except Exception as e:  # noqa: BLE001 - reported
                 errors.append('DELETE ?arqs=%s: %s' % (arq, e))
 
@@ -719,11 +362,11 @@ def finish_level(level):
     out = {'concurrency': c, 'rounds': level['rounds'],
            'rounds_planned': level['rounds_planned'],
            'binds': len(level['patch']),
-           'patch': summary(level['patch']),
-           'event': summary(level['event']),
-           'event_after_response': summary(level['after_response']),
-           'create': summary(level['create']),
-           'round_wall': summary(level['walls']),
+           'patch': stats.summarize(level['patch']),
+           'event': stats.summarize(level['event']),
+           'event_after_response': stats.summarize(level['after_response']),
+           'create': stats.summarize(level['create']),
+           'round_wall': stats.summarize(level['walls']),
            'events_per_post': {
                'posts': len(level['batches']),
                'mean': round(sum(level['batches']) / len(level['batches']),
@@ -750,19 +393,6 @@ def finish_level(level):
 # The floor: the same PATCH bursts against an app that does nothing
 
 
-def serve_floor_child():
-    """`bind_bench.py --serve-floor`: cyborg.wsgi.floor on cheroot with
-    cyborg-aio's thread count; prints the port."""
-    from cyborg.common import wsgi_server
-    from cyborg.wsgi import floor
-    server = wsgi_server.ThreadedServer('floor', floor.application)
-    server.start()
-    print(server.port, flush=True)
-    signal.sigwait({signal.SIGTERM, signal.SIGINT})
-    server.stop()
-    return 0
-
-
 class FloorServer:
     """The web server of the deployment under test, serving the no-op app:
     cheroot (10 threads) for aio, gunicorn sync workers for distributed."""
@@ -770,33 +400,26 @@ class FloorServer:
     def __init__(self, deployment, workers):
         bindir = os.path.dirname(sys.executable)
         if deployment == 'distributed':
-            with socket.socket() as sock:
-                sock.bind(('127.0.0.1', 0))
-                self.port = sock.getsockname()[1]
+            self.port = deployment.free_port()
             cmd = [os.path.join(bindir, 'gunicorn'), '--workers',
                    str(workers), '--bind', '127.0.0.1:%d' % self.port,
                    '--log-level', 'warning', 'cyborg.wsgi.floor:application']
             self.proc = subprocess.Popen(cmd, start_new_session=True,
                                          stdout=subprocess.DEVNULL)
             deadline = time.monotonic() + 30
-            while not _listening(self.port):
+            while not deployment.listening(self.port):
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     self.stop()
                     raise RuntimeError('gunicorn (floor) did not start')
                 time.sleep(0.1)
         else:
             self.proc = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), '--serve-floor'],
+                [sys.executable, '-m', 'cyborg_bench.serve', 'floor'],
                 stdout=subprocess.PIPE, text=True, start_new_session=True)
             self.port = int(self.proc.stdout.readline())
 
     def stop(self):
-        _distributed.stop_group(self.proc)
-
-
-def _listening(port):
-    with socket.socket() as sock:
-        return sock.connect_ex(('127.0.0.1', port)) == 0
+        deployment.stop_group(self.proc)
 
 
 def measure_floor(deployment, workers, plan, request_timeout):
@@ -808,7 +431,7 @@ def measure_floor(deployment, workers, plan, request_timeout):
     try:
         results = {}
         for c, rounds in plan.items():
-            clients = [Client(server.port, '', request_timeout)
+            clients = [http.local(server.port, timeout=request_timeout)
                        for _ in range(c)]
             samples = []
             for _ in range(rounds):
@@ -816,8 +439,9 @@ def measure_floor(deployment, workers, plan, request_timeout):
                 times = [None] * c
 
                 def worker(i):
-                    body = bind_body(str(uuid.uuid4()), 'host',
-                                     str(uuid.uuid4()), str(uuid.uuid4()))
+                    body = http.bind_body(str(uuid.uuid4()), 'host',
+                                          str(uuid.uuid4()),
+                                          str(uuid.uuid4()))
                     clients[i].request('GET', '/')   # connected, warm
                     barrier.wait()
                     t0 = time.perf_counter()
@@ -834,7 +458,7 @@ def measure_floor(deployment, workers, plan, request_timeout):
                 time.sleep(0.1 * random.uniform(0.5, 1.5))
             for client in clients:
                 client.close()
-            results[c] = summary(samples)
+            results[c] = stats.summarize(samples)
         return results
     finally:
         server.stop()
@@ -842,11 +466,6 @@ def measure_floor(deployment, workers, plan, request_timeout):
 
 # --------------------------------------------------------------------------
 # Report
-
-
-def _fmt(s, key):
-    v = s.get(key)
-    return '—' if v is None else '%.1f' % v
 
 
 def _deployment_words(meta):
@@ -866,8 +485,8 @@ def _floor_table(floor):
              '|---:|---:|---:|---:|---:|']
     for c, s in sorted(floor.items(), key=lambda kv: int(kv[0])):
         lines.append('| %s | %s | %s | %s | %s |' % (
-            c, _fmt(s, 'p50_ms'), _fmt(s, 'p90_ms'), _fmt(s, 'p99_ms'),
-            _fmt(s, 'max_ms')))
+            c, stats.fmt(s, 'p50_ms'), stats.fmt(s, 'p90_ms'),
+            stats.fmt(s, 'p99_ms'), stats.fmt(s, 'max_ms')))
     return lines
 
 
@@ -878,10 +497,7 @@ def markdown(meta, levels):
         % (_deployment_words(meta), meta['devices'], meta['functions'],
            meta['cpus'],
            meta['cpu_model'], meta['python'], meta['loadavg_start'][0],
-           meta.get('loadavg_end', ['?'])[0])
-        + ('; **experiments: %s** (not the shipped code)'
-           % ', '.join(meta['experiments']) if meta.get('experiments')
-           else ''),
+           meta.get('loadavg_end', ['?'])[0]),
         '',
         '| Concurrent instances | Rounds | Binds | PATCH p50 | p90 | p99 '
         '| max | PATCH→event p50 | p90 | p99 | max | Failures (PATCH ≠ 202 '
@@ -895,10 +511,10 @@ def markdown(meta, levels):
         lines.append('| %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s '
                      '| %s |' % (
                          lv['concurrency'], lv['rounds'], lv['binds'],
-                         _fmt(p, 'p50_ms'), _fmt(p, 'p90_ms'),
-                         _fmt(p, 'p99_ms'), _fmt(p, 'max_ms'),
-                         _fmt(e, 'p50_ms'), _fmt(e, 'p90_ms'),
-                         _fmt(e, 'p99_ms'), _fmt(e, 'max_ms'),
+                         stats.fmt(p, 'p50_ms'), stats.fmt(p, 'p90_ms'),
+                         stats.fmt(p, 'p99_ms'), stats.fmt(p, 'max_ms'),
+                         stats.fmt(e, 'p50_ms'), stats.fmt(e, 'p90_ms'),
+                         stats.fmt(e, 'p99_ms'), stats.fmt(e, 'max_ms'),
                          '%d / %d / %d / %d / %d' % (
                              f['patch_failed'], f['event_missing'],
                              f['event_failed'], f['not_bound'],
@@ -921,36 +537,14 @@ def markdown(meta, levels):
                          lv['concurrency'],
                          'met' if t[0] else '**missed**',
                          'met' if t[1] else '**missed**',
-                         _fmt(a, 'p50_ms'), _fmt(a, 'p99_ms'),
-                         _fmt(cr, 'p50_ms'), _fmt(cr, 'p99_ms'),
-                         _fmt(w, 'p50_ms'), _fmt(w, 'max_ms'),
+                         stats.fmt(a, 'p50_ms'), stats.fmt(a, 'p99_ms'),
+                         stats.fmt(cr, 'p50_ms'), stats.fmt(cr, 'p99_ms'),
+                         stats.fmt(w, 'p50_ms'), stats.fmt(w, 'max_ms'),
                          epp['mean'], epp['max'],
                          lv['server_cpu_ms_per_bind']))
     if meta.get('floor'):
         lines += _floor_table(meta['floor'])
     return '\n'.join(lines)
-
-
-def _cpu_model():
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def wait_for_deployables(client, headers, count, timeout=60.0):
-    """The agent's first report may land after the API answers."""
-    deadline = time.monotonic() + timeout
-    while True:
-        deps = client.json('GET', '/deployables',
-                           headers=headers)['deployables']
-        if len(deps) >= count or time.monotonic() > deadline:
-            return deps
-        time.sleep(0.3)
 
 
 def parse_rounds(text):
@@ -964,8 +558,7 @@ def parse_rounds(text):
 # --------------------------------------------------------------------------
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+def add_arguments(parser):
     parser.add_argument('--quick', action='store_true',
                         help='smoke run: %s rounds per concurrency'
                         % ROUNDS['quick'])
@@ -1008,16 +601,6 @@ def main(argv=None):
                              'idle (all threads: a wall-clock view), gil '
                              '(only the thread holding the GIL: where the '
                              'CPU goes)')
-    parser.add_argument('--experiment', action='append', default=[],
-                        choices=sorted(EXPERIMENTS),
-                        help='apply a candidate fix to the aio process '
-                             '(monkeypatch at start-up; may be repeated): '
-                             + '; '.join('%s: %s' % kv
-                                         for kv in EXPERIMENTS.items()))
-    parser.add_argument('--aio-exe', metavar='COMMAND',
-                        help='run this instead of the venv\'s cyborg-aio '
-                             '(same flags appended; for A/B tests of a '
-                             'change)')
     parser.add_argument('--deployment', choices=('aio', 'distributed'),
                         default='aio',
                         help='aio: one cyborg-aio process (default); '
@@ -1037,7 +620,10 @@ def main(argv=None):
                         help='keep the temp dir (state, aio.log)')
     parser.add_argument('--debug', action='store_true',
                         help='run cyborg-aio with --debug')
-    args = parser.parse_args(argv)
+
+
+def run(args):
+    parser = args.parser
     plan = args.rounds or ROUNDS['quick' if args.quick else 'full']
     capacity = args.devices * args.functions
     if max(plan) > capacity or math.ceil(max(plan) / args.devices) \
@@ -1052,29 +638,28 @@ def main(argv=None):
     meta = {}
     try:
         spec = os.path.join(workdir, 'host.yaml')
-        write_host_spec(spec, args.devices, args.functions)
-        receiver = EventReceiver()
-        receiver.start()
+        hostspec.write_fpgas(spec, args.devices, args.functions)
+        receiver = events.Receiver()
         log('event receiver on %s' % receiver.url)
         if args.deployment == 'distributed':
-            aio = _distributed.Distributed(workdir, spec, receiver.url,
-                                           db=args.db,
-                                           api_workers=args.api_workers)
+            aio = deployment.Distributed(workdir, spec, receiver.url,
+                                         db=args.db,
+                                         api_workers=args.api_workers)
         else:
-            aio = Aio(workdir, spec, receiver.url, debug=args.debug,
-                      exe=args.aio_exe, experiments=args.experiment)
+            aio = deployment.Aio(workdir, spec, receiver.url,
+                                 debug=args.debug, log=log)
         log('%s ready: %s, %.1fs after start'
             % (args.deployment, aio.api_url, time.perf_counter() - started))
 
-        admin = Client(aio.port, aio.prefix, args.request_timeout)
+        # noauth: no identity headers is the admin
+        admin = http.local(aio.port, aio.prefix,
+                           timeout=args.request_timeout)
         clients.append(admin)
-        admin_headers = {'Content-Type': 'application/json'}  # noauth admin
-        admin.json('POST', '/device_profiles',
+        admin.call('POST', '/v2/device_profiles',
                    [{'name': PROFILE_NAME, 'groups': PROFILE_GROUPS}],
-                   expect=201, headers=admin_headers)
-        deps = wait_for_deployables(admin, admin_headers, args.devices)
-        devices = admin.json('GET', '/devices',
-                             headers=admin_headers)['devices']
+                   expect=201)
+        deps = http.wait_for_deployables(admin, args.devices)
+        devices = admin.call('GET', '/v2/devices')['devices']
         rp_uuids = [d['rp_uuid'] for d in sorted(deps, key=lambda d: d['name'])
                     if d['num_accelerators'] == args.functions]
         hosts = {d['hostname'] for d in devices}
@@ -1087,34 +672,26 @@ def main(argv=None):
             % (len(rp_uuids), capacity, hostname))
 
         need = max(list(plan) + [10])
-        clients = [admin] + [Client(aio.port, aio.prefix,
-                                    args.request_timeout)
-                             for _ in range(need - 1)]
+        clients += [nova_client(aio.port, aio.prefix, args.request_timeout)
+                    for _ in range(need)]
+        nova = clients[1:]
 
-        meta = {
+        meta = machine.describe()
+        meta.update({
             'devices': args.devices, 'functions': args.functions,
             'handles': capacity, 'hostname': hostname,
             'rounds_plan': {str(k): v for k, v in plan.items()},
             'warmup_rounds': args.warmup_rounds,
-            'experiments': args.experiment,
             'deployment': args.deployment,
             'api_workers': (args.api_workers
                             if args.deployment == 'distributed' else None),
             'db': args.db if args.deployment == 'distributed' else 'sqlite',
-            'cpus': os.cpu_count(), 'cpu_model': _cpu_model(),
-            'python': platform.python_version(),
-            'platform': platform.platform(),
-            'git': _common.git_revision(),
-            'command': ' '.join(['benchmarks/bind_bench.py'] + list(
-                sys.argv[1:] if argv is None else argv)),
+            'command': ' '.join(['cyborg-bench'] + sys.argv[1:]),
             'aio_command': aio.cmd,
-            'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
-                timespec='seconds'),
-            'loadavg_start': [round(x, 2) for x in os.getloadavg()],
-        }
+        })
 
         for r in range(args.warmup_rounds):
-            out = run_round(aio, receiver, clients, min(10, capacity),
+            out = run_round(aio, receiver, nova, min(10, capacity),
                             hostname, rp_uuids, args.event_timeout,
                             args.request_timeout)
             if out['errors']:
@@ -1131,7 +708,7 @@ def main(argv=None):
         levels = []
         for c, rounds in plan.items():
             t0 = time.perf_counter()
-            level = finish_level(run_level(aio, receiver, clients, c, rounds,
+            level = finish_level(run_level(aio, receiver, nova, c, rounds,
                                            hostname, rp_uuids, args,
                                            deadline))
             levels.append(level)
@@ -1153,7 +730,7 @@ def main(argv=None):
                 args.deployment, args.api_workers, plan,
                 args.request_timeout).items()}
             log('floor measured')
-        meta['loadavg_end'] = [round(x, 2) for x in os.getloadavg()]
+        meta['loadavg_end'] = machine.loadavg()
         meta['event_versions'] = sorted(
             '%s | %s' % v for v in receiver.versions)
         meta['duplicate_events'] = len(receiver.duplicates)
@@ -1188,19 +765,8 @@ def main(argv=None):
         if aio is not None:
             aio.stop()
         if receiver is not None:
-            receiver.stop()
+            receiver.close()
         if args.keep:
             log('kept %s' % workdir)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-
-
-if __name__ == '__main__':
-    if sys.argv[1:2] == ['--run-aio']:
-        sys.exit(run_aio_child(sys.argv[2:]))
-    if sys.argv[1:2] == ['--serve-floor']:
-        sys.exit(serve_floor_child())
-    # SIGTERM ends the run like Ctrl-C: the finally blocks stop cyborg-aio
-    # and remove the temp dir.
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
-    sys.exit(main())

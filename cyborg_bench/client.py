@@ -1,9 +1,24 @@
+# SPDX-License-Identifier: Apache-2.0
 """HTTP to the endpoint under test: one keep-alive connection per client
 thread, JSON in and out, an unexpected status raised as an error."""
 
 import http.client
 import json
+import time
 import urllib.parse
+
+# Nova's identity on its calls to the accelerator API (service token).
+NOVA_HEADERS = {'X-Roles': 'member', 'X-Service-Roles': 'service',
+                'X-Project-Id': 'cyborg-bench-project', 'X-User-Id': 'nova',
+                'Content-Type': 'application/json'}
+
+
+def bind_body(arq_uuid, hostname, rp_uuid, instance):
+    """What Nova's cyborg client PATCHes to bind one ARQ."""
+    return {arq_uuid: [
+        {'path': '/hostname', 'op': 'add', 'value': hostname},
+        {'path': '/device_rp_uuid', 'op': 'add', 'value': rp_uuid},
+        {'path': '/instance_uuid', 'op': 'add', 'value': instance}]}
 
 
 class UnexpectedStatus(Exception):
@@ -38,6 +53,13 @@ class Endpoint:
 
     def client(self):
         return Client(self)
+
+
+def local(port, prefix='', headers=None, timeout=30.0):
+    """A client of http://127.0.0.1:port with paths starting at `prefix`
+    (a trailing /v2 is dropped: paths start with it)."""
+    return Endpoint('http://127.0.0.1:%d%s' % (port, prefix), headers,
+                    timeout).client()
 
 
 class Client:
@@ -91,3 +113,14 @@ class Client:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+
+
+def wait_for_deployables(client, count, timeout=60.0):
+    """GET /v2/deployables until it lists `count` (the agent's first report
+    may land after the API answers); what it lists at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        deps = client.call('GET', '/v2/deployables')['deployables']
+        if len(deps) >= count or time.monotonic() > deadline:
+            return deps
+        time.sleep(0.3)

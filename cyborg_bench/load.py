@@ -1,10 +1,15 @@
-"""cyborg-bench: run the workloads against one endpoint, print a table,
-optionally write JSON.
+# SPDX-License-Identifier: Apache-2.0
+"""Load generator: the workloads against any Cyborg v2 endpoint.
 
-    cyborg-bench --url http://127.0.0.1:6666 --json out.json
-    cyborg-bench --url http://ref:6666 --workloads lookup \
+It drives the same workloads against our API, the reference Cyborg or
+anything else that speaks the v2 API, prints a table and optionally
+writes JSON, so figures can be compared side by side
+(``cyborg-bench side-by-side``).
+
+    cyborg-bench load --url http://127.0.0.1:6666 --json out.json
+    cyborg-bench load --url http://ref:6666 --workloads lookup \
         --seed-db sqlite:////tmp/ref.sqlite --sizes 1000,10000
-    cyborg-bench --url http://127.0.0.1:6666 --workloads boot,bind \
+    cyborg-bench load --url http://127.0.0.1:6666 --workloads boot,bind \
         --receiver-port 8774 --concurrency 1,4,16,64
 
 Workloads run in the order given. ``lookup`` and ``arq-list`` need
@@ -15,16 +20,13 @@ point at it. A workload that cannot run is reported as not run, with why.
 The exit status is 1 when any request got a wrong answer.
 """
 
-import argparse
-import datetime
 import json
-import os
-import platform
 import sys
 import time
 
 from cyborg_bench import client
 from cyborg_bench import events
+from cyborg_bench import machine
 from cyborg_bench import workloads
 
 ALL = ('noop', 'dp-create', 'dp-get', 'dp-delete', 'dp-list', 'arq-create',
@@ -35,12 +37,8 @@ def _ints(text):
     return [int(x) for x in text.split(',') if x]
 
 
-def _parser():
-    p = argparse.ArgumentParser(
-        prog='cyborg-bench',
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog='Workloads: %s.' % ', '.join(ALL))
+def add_arguments(p):
+    p.epilog = 'Workloads: %s.' % ', '.join(ALL)
     p.add_argument('--url', required=True,
                    help='API root, e.g. http://127.0.0.1:6666 or '
                         'http://host/accelerator (a trailing /v2 is fine)')
@@ -84,7 +82,6 @@ def _parser():
     p.add_argument('--label', help='a name for this endpoint in the output')
     p.add_argument('--json', metavar='FILE', help='write the results here')
     p.add_argument('--quiet', action='store_true')
-    return p
 
 
 def _headers(args):
@@ -101,7 +98,7 @@ def _headers(args):
     return headers
 
 
-def run(args, log):
+def measure(args, log):
     """(meta, results) of every selected workload."""
     names = [n for n in args.workloads.split(',') if n]
     unknown = set(names) - set(ALL)
@@ -116,15 +113,12 @@ def run(args, log):
     if args.receiver_port is not None:
         receiver = events.Receiver(args.receiver_port)
     ctx = workloads.Context(endpoint, args, seeder, receiver, log)
-    meta = {
-        'label': args.label, 'url': args.url,
-        'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec='seconds'),
-        'loadavg_start': [round(x, 2) for x in os.getloadavg()],
-        'cpus': os.cpu_count(), 'python': platform.python_version(),
+    meta = dict(
+        machine.describe(), label=args.label, url=args.url)
+    meta.update({
         'concurrency': args.concurrency, 'requests': args.requests,
         'time_limit_s': args.time_limit, 'sizes': args.sizes,
-    }
+    })
     results = []
     started = time.perf_counter()
     try:
@@ -152,7 +146,7 @@ def run(args, log):
         if seeder is not None:
             seeder.close()
     meta['seconds'] = round(time.perf_counter() - started, 1)
-    meta['loadavg_end'] = [round(x, 2) for x in os.getloadavg()]
+    meta['loadavg_end'] = machine.loadavg()
     return meta, results
 
 
@@ -181,21 +175,15 @@ def table(results):
     return '\n'.join(lines)
 
 
-def main(argv=None):
-    args = _parser().parse_args(argv)
-
+def run(args):
     def log(msg):
         if not args.quiet:
             print('[cyborg-bench %s] %s' % (time.strftime('%H:%M:%S'), msg),
                   file=sys.stderr, flush=True)
 
-    meta, results = run(args, log)
+    meta, results = measure(args, log)
     print(table(results))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'meta': meta, 'results': results}, f, indent=2)
     return 1 if any(r.get('errors') for r in results) else 0
-
-
-if __name__ == '__main__':
-    sys.exit(main())

@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""NVIDIA driver benchmark on the fake NVML: discovery, and bind/release.
+# SPDX-License-Identifier: Apache-2.0
+"""NVIDIA driver on the fake NVML: discovery, and bind/release.
 
 Everything runs in this process, over the fake GPU host
 (cyborg_emulators.nvidia.fake_sysfs.FakeGpuHost: a fake sysfs tree and a
@@ -45,31 +45,23 @@ libnvidia-ml; the NVML call counts carry over to hardware as they are.
    agent's republish (its discovery and Placement sync), and this
    process's CPU time per bind + release.
 
-Warm-up: ``--warmup`` unmeasured binds of each kind first. ``--gc-freeze``
-is an experiment (a candidate change, not the shipped code): freeze the
-start-up objects out of the garbage collector. Output: Markdown
-tables on stdout, ``--json FILE`` with raw samples, the service log under
-the temp dir (``--keep`` keeps it). Exit status 1 when any bind or release
-was not verified. See docs/nvidia-gpus.md, "Speed".
+Warm-up: ``--warmup`` unmeasured binds of each kind first. Output:
+Markdown tables on stdout, ``--json FILE`` with raw samples, the service
+log under the temp dir (``--keep`` keeps it). Exit status 1 when any bind
+or release was not verified. See docs/benchmarks/nvidia.md.
 
 Examples::
 
-    .venv/bin/python benchmarks/nvidia_bench.py
-    .venv/bin/python benchmarks/nvidia_bench.py --json /tmp/nvidia.json
-    .venv/bin/python benchmarks/nvidia_bench.py --discovery-runs 10 \\
-        --mig-binds 10 --whole-binds 5
+    cyborg-bench nvidia
+    cyborg-bench nvidia --json /tmp/nvidia.json
+    cyborg-bench nvidia --discovery-runs 10 --mig-binds 10 --whole-binds 5
 """
 
-import argparse
 import collections
-import datetime
-import gc
 import json
 import logging
 import os
-import platform
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -78,10 +70,11 @@ import urllib.parse
 import uuid
 import warnings
 
-import _common
-import bind_bench
+from cyborg_bench import client as http
+from cyborg_bench import machine
+from cyborg_bench import stats
 
-REPO = _common.REPO
+REPO = machine.REPO
 HOST_SPEC = os.path.join(REPO, 'etc', 'cyborg', 'fake-hosts', 'h200x2.yaml')
 PROFILES = os.path.join(REPO, 'etc', 'cyborg', 'device-profiles')
 # A realistic full H200: 4 + 2 + 1 + 1 of the 8 memory slices.
@@ -95,7 +88,6 @@ HGX_ADDRESSES = ('0000:18:00.0', '0000:2a:00.0', '0000:3a:00.0',
 KINDS = (('mig', 'h200-mig-1g-18gb', '0000:43:00.0'),
          ('whole', 'h200-whole', '0000:1b:00.0'))
 EVENT_NAME = 'accelerator-request-bound'
-ADMIN_HEADERS = {'Content-Type': 'application/json'}  # noauth: admin
 # Bind measures → label in the report.
 MEASURES = (('patch', 'PATCH → 202'), ('bound', 'PATCH → Bound'),
             ('event', 'PATCH → event at Nova'),
@@ -201,10 +193,10 @@ def bench_discovery(workdir, count, with_instances, runs):
         backend.close()
         host.uninstall()
     return {'gpus': count, 'instances_per_gpu': made // count,
-            'runs': runs, 'time': bind_bench.summary(times),
+            'runs': runs, 'time': stats.summarize(times),
             'nvml_calls': [min(calls), max(calls)],
-            'time_visible_memoised': bind_bench.summary(memo_times),
-            'prepare': dict(bind_bench.summary(prepare_times),
+            'time_visible_memoised': stats.summarize(memo_times),
+            'prepare': dict(stats.summarize(prepare_times),
                             nvml_calls=[min(prepare_calls),
                                         max(prepare_calls)]
                             if prepare_calls else None),
@@ -287,10 +279,10 @@ class Probes:
 
     def span_summary(self, span):
         with self.cond:
-            out = bind_bench.summary(self.spans[span])
+            out = stats.summarize(self.spans[span])
             calls = sorted(self.nvml_calls[span])
         if calls:
-            out['nvml_calls_p50'] = _common.percentile(calls, 50)
+            out['nvml_calls_p50'] = stats.percentile(calls, 50)
         return out
 
     def wait(self, key, timeout):
@@ -339,17 +331,17 @@ class Service:
 
     def _set_up(self):
         url = urllib.parse.urlsplit(self.stack.api_url)
+        # The Nova client and the admin (noauth: no identity headers).
         self.client, self.admin = self.clients = [
-            bind_bench.Client(url.port, url.path, timeout=30)
-            for _ in range(2)]
-        self.admin.headers = ADMIN_HEADERS
+            http.local(url.port, url.path, headers, timeout=30)
+            for headers in (http.NOVA_HEADERS, None)]
         for _, profile, _ in KINDS:
-            self.admin.json('POST', '/device_profiles', profile_doc(profile),
-                            expect=201)
-        deps = self.admin.json('GET', '/deployables')['deployables']
+            self.admin.call('POST', '/v2/device_profiles',
+                            profile_doc(profile), expect=201)
+        deps = self.admin.call('GET', '/v2/deployables')['deployables']
         self.rp_uuids = {d['name']: d['rp_uuid'] for d in deps}
-        [self.hostname] = {d['hostname'] for d in self.admin.json(
-            'GET', '/devices')['devices']}
+        [self.hostname] = {d['hostname'] for d in self.admin.call(
+            'GET', '/v2/devices')['devices']}
         self.gpu_uuids = {g['pci_address']: g['uuid']
                           for g in self.stack.fake_gpus.nvml.gpu_info()}
         self.placement = self.stack.placement_client()
@@ -408,16 +400,16 @@ def bind_cycle(svc, kind, profile, address, timeout):
     seconds by measure, errors)."""
     client, probes = svc.client, svc.probes
     instance = str(uuid.uuid4())
-    [arq] = client.json('POST', '/accelerator_requests',
+    [arq] = client.call('POST', '/v2/accelerator_requests',
                         {'device_profile_name': profile}, expect=201)['arqs']
     tag = arq['uuid']
     receiver = svc.stack.nova_receiver
     waiter = expect_event(receiver, instance, svc.hostname, tag)
-    body = bind_bench.bind_body(tag, svc.hostname, svc.rp_uuids[address],
-                                instance)
+    body = http.bind_body(tag, svc.hostname, svc.rp_uuids[address],
+                          instance)
     out, errors = {}, []
     t0 = time.perf_counter()
-    status, payload = client.request('PATCH', '/accelerator_requests', body)
+    status, payload = client.request('PATCH', '/v2/accelerator_requests', body)
     out['patch'] = time.perf_counter() - t0
     if status != 202:
         errors.append('PATCH -> %s %s' % (status, payload[:300]))
@@ -433,7 +425,7 @@ def bind_cycle(svc, kind, profile, address, timeout):
         out['bound'] = bound - t0
     elif not errors:
         errors.append(problem)
-    found = client.json('GET', '/accelerator_requests?instance=%s'
+    found = client.call('GET', '/v2/accelerator_requests?instance=%s'
                         % instance)['arqs']
     handle = found[0]['attach_handle_uuid'] if found else None
     if [(a['uuid'], a['state']) for a in found] != [(tag, 'Bound')] \
@@ -442,7 +434,7 @@ def bind_cycle(svc, kind, profile, address, timeout):
     errors += check_state(svc, kind, address, 'bound')
 
     t0 = time.perf_counter()
-    client.json('DELETE', '/accelerator_requests?instance=%s' % instance,
+    client.call('DELETE', '/v2/accelerator_requests?instance=%s' % instance,
                 expect=204)
     out['delete'] = time.perf_counter() - t0
     if handle is not None:
@@ -478,7 +470,7 @@ def bench_binds(svc, kind, profile, address, binds, warmup, timeout):
             'wall_s': round(wall, 2),
             'process_cpu_ms_per_cycle': round(1000 * cpu / binds, 2)
             if binds else None,
-            'measures': {m: bind_bench.summary(samples[m])
+            'measures': {m: stats.summarize(samples[m])
                          for m, _ in MEASURES},
             'spans': {s: svc.probes.span_summary(s) for s, _ in SPANS},
             'samples_ms': {m: [round(x * 1000, 3) for x in samples[m]]
@@ -492,11 +484,6 @@ def bench_binds(svc, kind, profile, address, binds, warmup, timeout):
 # Report
 
 
-def _fmt(s, key):
-    v = s.get(key)
-    return '—' if v is None else '%.1f' % v
-
-
 def _range(low, high):
     return str(low) if low == high else '%d–%d' % (low, high)
 
@@ -506,9 +493,7 @@ def markdown(meta, discovery, binds):
         '**NVIDIA driver on the fake NVML** — %s CPU(s) (%s); Python %s; '
         'load average %s → %s' % (
             meta['cpus'], meta['cpu_model'], meta['python'],
-            meta['loadavg_start'][0], meta['loadavg_end'][0])
-        + ('; **experiments: %s** (not the shipped code)'
-           % ', '.join(meta['experiments']) if meta['experiments'] else ''),
+            meta['loadavg_start'][0], meta['loadavg_end'][0]),
         '',
         '| GPUs | MIG instances per GPU | Runs | discover() p50 | p90 | p99 '
         '| max | p50 per GPU | NVML calls per discover() | p50, fake\'s '
@@ -522,11 +507,11 @@ def markdown(meta, discovery, binds):
         lines.append('| %d | %d | %d | %s | %s | %s | %s | %.1f | %s | %s '
                      '| %s | %s |' % (
                          d['gpus'], d['instances_per_gpu'], d['runs'],
-                         _fmt(t, 'p50_ms'), _fmt(t, 'p90_ms'),
-                         _fmt(t, 'p99_ms'), _fmt(t, 'max_ms'),
+                         stats.fmt(t, 'p50_ms'), stats.fmt(t, 'p90_ms'),
+                         stats.fmt(t, 'p99_ms'), stats.fmt(t, 'max_ms'),
                          t['p50_ms'] / d['gpus'], _range(*calls),
-                         _fmt(d['time_visible_memoised'], 'p50_ms'),
-                         _fmt(prepare, 'p50_ms'),
+                         stats.fmt(d['time_visible_memoised'], 'p50_ms'),
+                         stats.fmt(prepare, 'p50_ms'),
                          _range(*prepare['nvml_calls'])
                          if prepare['nvml_calls'] else '—'))
     lines += ['', 'Discovery and prepare() times in ms; prepare() while '
@@ -541,9 +526,9 @@ def markdown(meta, discovery, binds):
                 + [(label, b['spans'][s]) for s, label in SPANS])
         for label, s in rows:
             lines.append('| %s | %s | %d | %s | %s | %s | %s | %s |' % (
-                name, label, s['n'], _fmt(s, 'p50_ms'), _fmt(s, 'p90_ms'),
-                _fmt(s, 'p99_ms'), _fmt(s, 'max_ms'),
-                s.get('nvml_calls_p50', '')))
+                name, label, s['n'], stats.fmt(s, 'p50_ms'),
+                stats.fmt(s, 'p90_ms'), stats.fmt(s, 'p99_ms'),
+                stats.fmt(s, 'max_ms'), s.get('nvml_calls_p50', '')))
     lines += ['', 'Bind/release times in ms, one ARQ at a time. '
               + '; '.join('`%s`: %d binds, %d error(s), %.1f s, CPU of '
                           'this process (service + client) %.1f ms per bind '
@@ -571,8 +556,7 @@ def parse_counts(text):
 # --------------------------------------------------------------------------
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+def add_arguments(parser):
     parser.add_argument('--gpus', type=parse_counts, default=[1, 8],
                         metavar='N,...',
                         help='fake H200s per discovery host (default 1,8; '
@@ -593,16 +577,13 @@ def main(argv=None):
     parser.add_argument('--json', metavar='FILE',
                         help='also write the results (with raw samples) as '
                              'JSON')
-    parser.add_argument('--gc-freeze', action='store_true',
-                        help='experiment, not the shipped code: '
-                             'gc.collect() and gc.freeze() once the stack '
-                             'is up, so full collections skip the objects '
-                             'of start-up')
     parser.add_argument('--keep', action='store_true',
                         help='keep the temp dir (state, service log)')
-    args = parser.parse_args(argv)
+
+
+def run(args):
     if not all(1 <= n <= len(HGX_ADDRESSES) for n in args.gpus):
-        parser.error('--gpus: 1..%d each' % len(HGX_ADDRESSES))
+        args.parser.error('--gpus: 1..%d each' % len(HGX_ADDRESSES))
 
     started = time.perf_counter()
     workdir = tempfile.mkdtemp(prefix='cyborg-nvidia-bench-')
@@ -614,18 +595,11 @@ def main(argv=None):
     sys.excepthook = sys.__excepthook__
     svc = None
     try:
-        meta = {
-            'cpus': os.cpu_count(), 'cpu_model': bind_bench._cpu_model(),
-            'python': platform.python_version(),
-            'platform': platform.platform(),
-            'git': _common.git_revision(),
-            'command': ' '.join(['benchmarks/nvidia_bench.py'] + list(
-                sys.argv[1:] if argv is None else argv)),
-            'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
-                timespec='seconds'),
-            'loadavg_start': [round(x, 2) for x in os.getloadavg()],
+        meta = machine.describe()
+        meta.update({
+            'command': ' '.join(['cyborg-bench'] + sys.argv[1:]),
             'host_spec': os.path.relpath(HOST_SPEC, REPO),
-        }
+        })
         discovery = []
         for count in args.gpus:
             for with_instances in (False, True):
@@ -639,10 +613,6 @@ def main(argv=None):
         t0 = time.perf_counter()
         svc = Service(workdir)
         meta['stack_start_s'] = round(time.perf_counter() - t0, 1)
-        meta['experiments'] = ['gc-freeze'] if args.gc_freeze else []
-        if args.gc_freeze:
-            gc.collect()
-            gc.freeze()
         log('embedded stack up in %.1fs: %s' % (meta['stack_start_s'],
                                                 svc.stack.api_url))
         binds = []
@@ -657,7 +627,7 @@ def main(argv=None):
                     b['measures']['event'].get('p50_ms', float('nan')),
                     b['measures']['republished'].get('p50_ms', float('nan')),
                     len(b['errors'])))
-        meta['loadavg_end'] = [round(x, 2) for x in os.getloadavg()]
+        meta['loadavg_end'] = machine.loadavg()
         meta['log_problems'] = log_problems(log_path)[:50]
         meta['total_seconds'] = round(time.perf_counter() - started, 1)
 
@@ -693,8 +663,3 @@ def main(argv=None):
                 root.removeHandler(handler)
                 handler.close()
             shutil.rmtree(workdir, ignore_errors=True)
-
-
-if __name__ == '__main__':
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
-    sys.exit(main())

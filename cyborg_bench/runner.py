@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Closed-loop load: N threads, each running one operation after another
 until the planned count is reached or the time bound passes.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Rows written straight into the service's database, for table sizes no
 API would fill in reasonable time (the reference creates ~70 ARQs/s).
 

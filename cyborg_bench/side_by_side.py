@@ -1,10 +1,10 @@
-#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Side by side: our API, the reference Cyborg and a no-op app, under the
-same uWSGI set-up, driven by the same cyborg-bench workloads.
+same uWSGI set-up, driven by the same ``cyborg-bench load`` workloads.
 
 One command::
 
-    .venv/bin/python benchmarks/side_by_side.py [--quick] [--json FILE]
+    cyborg-bench side-by-side [--quick] [--json FILE]
 
 1. The reference, ``openstack-cyborg==17.0.0`` from PyPI, and ``uwsgi`` go
    into their own virtualenv, ``.bench/ref-venv`` (python3.11 -m venv;
@@ -17,33 +17,30 @@ One command::
    its paste pipeline gets a tiny filter in place of ``authtoken`` that
    sets an admin identity. It creates profiles and ARQs through its
    conductor over RPC, so ``cyborg-conductor`` runs too, on the local
-   RabbitMQ (vhost ``cyborg_bench``), with ``[placement]`` pointed at a
-   version-document stub (the conductor only asks Placement for its
-   version at start-up on these paths).
+   RabbitMQ (a vhost of its own, deleted at the end), with
+   ``[placement]`` pointed at a version-document stub (the conductor only
+   asks Placement for its version at start-up on these paths).
 3. uWSGI: ``--http-socket`` on loopback, master, 2 processes × 1 thread,
    lazy-apps, for ours (``cyborg.wsgi.api``), the reference
    (``cyborg.wsgi.api`` of its venv) and the floor (``cyborg.wsgi.floor``).
-4. cyborg-bench runs the same workloads against each, one client; ours
-   also at concurrency 4/16/64. Rows for the table-size workloads are
-   cloned straight into each database (``--seed-db``).
+4. ``cyborg-bench load`` runs the same workloads against each, one
+   client; ours also at concurrency 4/16/64. Rows for the table-size
+   workloads are cloned straight into each database (``--seed-db``).
 5. Bind and PATCH→event need a conductor and an agent with attach handles
    and a Nova events receiver: for ours that is cyborg-aio with a fake FPGA
-   host (as benchmarks/bind_bench.py); for the reference they are reported
+   host (as ``cyborg-bench bind``); for the reference they are reported
    as not run (it would need its agent with real devices, Placement and a
    Keystone catalog).
 6. Prints the table of ratios and writes everything as JSON.
 
 The reference's slow workloads are bounded by time: a measurement starts no
 new request after --time-limit seconds, and what finished is reported.
-See docs/performance.md for a run's figures.
+See docs/benchmarks/side-by-side.md for a run's figures.
 """
 
-import argparse
-import datetime
 import http.server
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -52,18 +49,16 @@ import threading
 import time
 import uuid
 
-import _common
-import _distributed
-import api_bench
-import bind_bench
+from cyborg_bench import deployment
 from cyborg_bench import events
+from cyborg_bench import hostspec
+from cyborg_bench import machine
 
-REPO = _common.REPO
+REPO = machine.REPO
 REF_VENV = os.path.join(REPO, '.bench', 'ref-venv')
 REF_PACKAGE = 'openstack-cyborg==17.0.0'
 OUR_VENV = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
-BENCH = [sys.executable, '-m', 'cyborg_bench.cli']
-RABBIT_VHOST = 'cyborg_bench'
+BENCH = [sys.executable, '-m', 'cyborg_bench', 'load']
 ADMIN_PROJECT = uuid.uuid5(uuid.NAMESPACE_DNS, 'cyborg-bench').hex
 FPGA_GROUPS = [{'resources:FPGA': '1', 'trait:CUSTOM_FAKE_DEVICE': 'required'}]
 NO_BIND = ('the reference binds through its conductor and agent: that '
@@ -116,21 +111,11 @@ def ensure_ref_venv():
 # Processes
 
 
-def Proc(name, cmd, workdir):
-    """A subprocess in its own session, output to NAME.log (stop() ends
-    the whole session)."""
-    return _distributed._Service(name, cmd, workdir)
-
-
-def _alive(proc):
-    return proc.proc.poll() is None
-
-
 def uwsgi(name, workdir, venv, module, workers, env=None, pythonpath=None,
           pyargv=None):
     """uWSGI serving `module` from `venv` on a free loopback port; the same
     options for every app. Returns (Proc, url)."""
-    port = api_bench.free_port()
+    port = deployment.free_port()
     cmd = [os.path.join(REF_VENV, 'bin', 'uwsgi'),
            '--http-socket', '127.0.0.1:%d' % port,
            '--master', '--processes', str(workers), '--threads', '1',
@@ -143,7 +128,7 @@ def uwsgi(name, workdir, venv, module, workers, env=None, pythonpath=None,
         cmd += ['--pythonpath', pythonpath]
     if pyargv:
         cmd += ['--pyargv', pyargv]
-    proc = Proc(name, cmd, workdir)
+    proc = deployment.Process(name, cmd, workdir)
     url = 'http://127.0.0.1:%d' % port
     wait_http(proc, url + '/', timeout=90)
     return proc, url
@@ -154,7 +139,7 @@ def wait_http(proc, url, timeout):
     import urllib.request
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(proc):
+        if not proc.alive():
             raise RuntimeError('%s exited:\n%s'
                                % (proc.name, proc.text()[-3000:]))
         try:
@@ -216,26 +201,7 @@ def filter_factory(global_conf, **local_conf):
 '''
 
 
-def rabbit_url():
-    """The local RabbitMQ, on a vhost of our own when rabbitmqctl lets us
-    add one (the reference conductor's queue names are fixed: on '/' it
-    could meet another job's conductor)."""
-    ctl = shutil.which('rabbitmqctl')
-    if ctl:
-        for args in (['add_vhost', RABBIT_VHOST],
-                     ['set_permissions', '-p', RABBIT_VHOST, 'guest',
-                      '.*', '.*', '.*']):
-            subprocess.run([ctl] + args, capture_output=True, timeout=60)
-        listed = subprocess.run([ctl, 'list_vhosts'], capture_output=True,
-                                text=True, timeout=60).stdout.split()
-        if RABBIT_VHOST in listed:
-            return 'rabbit://guest:guest@127.0.0.1:5672/' + RABBIT_VHOST
-    log('WARNING: no vhost %s; using / with an exchange of our own'
-        % RABBIT_VHOST)
-    return 'rabbit://guest:guest@127.0.0.1:5672/'
-
-
-def start_reference(workdir, workers, stub):
+def start_reference(workdir, workers, stub, rabbit_url):
     """(uWSGI Proc, conductor Proc, url, db url, how the schema was made)."""
     d = os.path.join(workdir, 'ref')
     os.makedirs(d)
@@ -249,7 +215,7 @@ def start_reference(workdir, workers, stub):
                 '[database]\nconnection = %s\n'
                 '[placement]\nauth_type = none\nendpoint_override = %s\n'
                 '[nova]\nauth_type = none\nendpoint_override = %s\n'
-                % (rabbit_url(), uuid.uuid4().hex[:8], paste, db_url,
+                % (rabbit_url, uuid.uuid4().hex[:8], paste, db_url,
                    stub.url, stub.url))
     with open(os.path.join(d, 'bench_admin_identity.py'), 'w') as f:
         f.write(ADMIN_FILTER % ADMIN_PROJECT)
@@ -274,7 +240,7 @@ def start_reference(workdir, workers, stub):
         schema = 'create_schema (upgrade failed on SQLite: %s)' % (
             [ln for ln in done.stdout.splitlines()
              + done.stderr.splitlines() if 'Error' in ln] or ['?'])[-1][-160:]
-    conductor = Proc('ref-conductor', [os.path.join(
+    conductor = deployment.Process('ref-conductor', [os.path.join(
         REF_VENV, 'bin', 'cyborg-conductor'), '--config-file', conf], d)
     api, url = uwsgi('ref-uwsgi', d, REF_VENV,
                      'cyborg.wsgi.api:application', workers, pythonpath=d,
@@ -290,7 +256,7 @@ def wait_conductor(url, conductor, timeout=60):
     body = json.dumps([{'name': 'cyborg-bench-probe',
                         'groups': FPGA_GROUPS}]).encode()
     while time.monotonic() < deadline:
-        if not _alive(conductor):
+        if not conductor.alive():
             raise RuntimeError('conductor exited:\n'
                                + conductor.text()[-3000:])
         req = urllib.request.Request(
@@ -335,7 +301,7 @@ def bench(name, url, workdir, workloads, args, extra=()):
     out = os.path.join(workdir, name + '.json')
     cmd = BENCH + ['--url', url, '--label', name, '--json', out,
                    '--workloads', ','.join(workloads)] + list(extra)
-    log('%s: %s' % (name, ' '.join(cmd[2:])))
+    log('%s: cyborg-bench %s' % (name, ' '.join(cmd[3:])))
     done = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE,
                           stderr=sys.stderr, text=True,
                           timeout=args.bench_timeout)
@@ -353,6 +319,7 @@ def common_args(p, time_limit, sizes):
 def run_all(args, p, workdir):
     runs = {}
     procs = []
+    vhost = None
     stub = PlacementStub()
     try:
         floor, floor_url = uwsgi('floor-uwsgi', workdir, OUR_VENV,
@@ -379,8 +346,9 @@ def run_all(args, p, workdir):
         api.stop()
 
         if not args.skip_reference:
+            vhost = deployment.VirtualHost()
             api, conductor, url, db_url, schema = start_reference(
-                workdir, args.workers, stub)
+                workdir, args.workers, stub, vhost.url)
             procs += [api, conductor]
             small = [s for s in p['sizes'] if s <= 10000]
             runs['reference'] = bench(
@@ -409,6 +377,8 @@ def run_all(args, p, workdir):
         for proc in procs:
             proc.stop()
         stub.stop()
+        if vhost is not None:
+            vhost.delete()
     return runs
 
 
@@ -418,9 +388,9 @@ def bench_aio(args, p, workdir):
     d = os.path.join(workdir, 'aio')
     os.makedirs(d)
     spec = os.path.join(d, 'host.yaml')
-    bind_bench.write_host_spec(spec, 16, 8)
-    port = api_bench.free_port()
-    aio = bind_bench.Aio(d, spec, 'http://127.0.0.1:%d' % port)
+    hostspec.write_fpgas(spec, 16, 8)
+    port = deployment.free_port()
+    aio = deployment.Aio(d, spec, 'http://127.0.0.1:%d' % port, log=log)
     try:
         url = 'http://127.0.0.1:%d%s' % (aio.port, aio.prefix)
         return bench('ours-aio', url, workdir, ['bind', 'boot'], args,
@@ -562,8 +532,7 @@ def markdown(rows, floor=None):
     return '\n'.join(lines)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+def add_arguments(parser):
     parser.add_argument('--quick', action='store_true',
                         help='small counts and tables (a smoke run)')
     parser.add_argument('--workers', type=int, default=2,
@@ -578,23 +547,21 @@ def main(argv=None):
     parser.add_argument('--json', metavar='FILE')
     parser.add_argument('--keep', action='store_true',
                         help='keep the temp dir (logs, databases)')
-    args = parser.parse_args(argv)
+
+
+def run(args):
     p = PROFILES['quick' if args.quick else 'full']
 
     started = time.perf_counter()
     versions = None if args.skip_reference else ensure_ref_venv()
     workdir = tempfile.mkdtemp(prefix='cyborg-side-by-side-')
-    meta = {
-        'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec='seconds'),
-        'git': _common.git_revision(), 'mode': 'quick' if args.quick
-        else 'full', 'profile': p, 'workers': args.workers,
+    meta = machine.describe()
+    meta.update({
+        'mode': 'quick' if args.quick else 'full', 'profile': p,
+        'workers': args.workers,
         'reference': versions and {'openstack-cyborg': versions[0],
                                    'uwsgi': versions[1]},
-        'cpus': os.cpu_count(), 'python': platform.python_version(),
-        'machine': bind_bench._cpu_model(),
-        'loadavg_start': [round(x, 2) for x in os.getloadavg()],
-    }
+    })
     try:
         runs = run_all(args, p, workdir)
     finally:
@@ -602,7 +569,7 @@ def main(argv=None):
             log('kept %s' % workdir)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    meta['loadavg_end'] = [round(x, 2) for x in os.getloadavg()]
+    meta['loadavg_end'] = machine.loadavg()
     meta['seconds'] = round(time.perf_counter() - started, 1)
     rows = ratios(runs)
     floor = _index(runs['floor']).get(('noop', None, 1))
@@ -620,7 +587,3 @@ def main(argv=None):
     failed = sum(r.get('errors', 0) for doc in runs.values()
                  for r in doc['results'] if not r.get('timeout_s'))
     return 1 if failed else 0
-
-
-if __name__ == '__main__':
-    sys.exit(main())

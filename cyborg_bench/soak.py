@@ -1,6 +1,7 @@
-"""Soak: the embedded stack under a mixed boot/delete load for minutes.
+# SPDX-License-Identifier: Apache-2.0
+"""Soak: cyborg-aio under a mixed boot/delete load for minutes.
 
-    python benchmarks/soak.py [--minutes 10] [--workers 4] [--json FILE]
+    cyborg-bench soak [--minutes 10] [--workers 4] [--json FILE]
 
 Starts ``cyborg-aio --no-demo --metrics-port 0`` (SQLite, in-process
 messaging and Placement, fake FPGA cards) with its Nova events sent to a
@@ -22,20 +23,22 @@ thresholds: resident memory by more than 10% + 16 MiB, file descriptors
 (sockets, database connections) by more than 8, threads by more than 4.
 """
 
-import argparse
 import json
 import os
 import random
 import shutil
-import signal
 import sys
 import tempfile
 import threading
 import time
 import uuid
 
-import _common
-import bind_bench
+from cyborg_bench import client as http
+from cyborg_bench import deployment
+from cyborg_bench import events
+from cyborg_bench import hostspec
+from cyborg_bench import machine
+from cyborg_bench import stats
 
 PROFILES = {'soak-one': [{'resources:FPGA': '1'}],
             'soak-two': [{'resources:FPGA': '2'}]}
@@ -100,8 +103,7 @@ class Load:
             t.join(60)
 
     def _loop(self):
-        client = _common.Client(self.aio.port, 30, prefix=self.aio.prefix,
-                                headers=bind_bench.NOVA_HEADERS)
+        client = self._client()
         rng = random.Random()
         try:
             while not self.stopping.is_set():
@@ -113,15 +115,16 @@ class Load:
                         self.errors.append('%s: %s' % (type(e).__name__,
                                                        str(e)[:300]))
                     client.close()
-                    client = _common.Client(
-                        self.aio.port, 30, prefix=self.aio.prefix,
-                        headers=bind_bench.NOVA_HEADERS)
                     continue
                 with self.lock:
                     self.cycles += 1
                     self.seconds.append(time.perf_counter() - started)
         finally:
             client.close()
+
+    def _client(self):
+        return http.local(self.aio.port, self.aio.prefix, http.NOVA_HEADERS,
+                          timeout=30)
 
     @staticmethod
     def _expect(client, method, path, body, status):
@@ -133,24 +136,25 @@ class Load:
 
     def _cycle(self, client, rng):
         profile = rng.choice(sorted(PROFILES))
-        arqs = self._expect(client, 'POST', '/accelerator_requests',
+        arqs = self._expect(client, 'POST', '/v2/accelerator_requests',
                             {'device_profile_name': profile}, 201)['arqs']
         instance = str(uuid.uuid4())
         rp = rng.choice(self.rp_uuids)
         body = {}
         for arq in arqs:
-            body.update(bind_bench.bind_body(arq['uuid'], self.hostname, rp,
-                                             instance))
-        self._expect(client, 'PATCH', '/accelerator_requests', body, 202)
+            body.update(http.bind_body(arq['uuid'], self.hostname, rp,
+                                       instance))
+        self._expect(client, 'PATCH', '/v2/accelerator_requests', body, 202)
         tags = [a['uuid'] for a in arqs]
-        if not self.receiver.wait_for(tags, 30):
+        if not self.receiver.wait_all(tags, 30):
             raise RuntimeError('no event for %s within 30 s' % tags)
-        got = self._expect(client, 'GET', '/accelerator_requests?instance=%s'
+        got = self._expect(client, 'GET',
+                           '/v2/accelerator_requests?instance=%s'
                            '&bind_state=resolved' % instance, None, 200)
         states = sorted({a['state'] for a in got['arqs']})
         if states != ['Bound'] or len(got['arqs']) != len(arqs):
             raise RuntimeError('instance %s ended %s' % (instance, states))
-        self._expect(client, 'DELETE', '/accelerator_requests?instance=%s'
+        self._expect(client, 'DELETE', '/v2/accelerator_requests?instance=%s'
                      % instance, None, 204)
 
     def counters(self):
@@ -186,8 +190,7 @@ def table(samples):
     return '\n'.join(lines)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+def add_arguments(parser):
     parser.add_argument('--minutes', type=float, default=10.0)
     parser.add_argument('--workers', type=int, default=4)
     parser.add_argument('--sample', type=float, default=30.0,
@@ -198,29 +201,29 @@ def main(argv=None):
                         help='also write the JSON summary here')
     parser.add_argument('--keep', action='store_true',
                         help='keep the work directory (aio log, state)')
-    args = parser.parse_args(argv)
+
+
+def run(args):
 
     workdir = tempfile.mkdtemp(prefix='cyborg-soak-')
     spec = os.path.join(workdir, 'host.yaml')
-    bind_bench.write_host_spec(spec, devices=4, functions=16)
-    receiver = bind_bench.EventReceiver()
-    receiver.start()
+    hostspec.write_fpgas(spec, devices=4, functions=16)
+    receiver = events.Receiver()
     aio = load = None
     try:
-        aio = bind_bench.Aio(workdir, spec, receiver.url)
+        aio = deployment.Aio(workdir, spec, receiver.url, log=log)
         log('cyborg-aio pid %d at %s' % (aio.pid, aio.api_url))
-        admin = _common.Client(aio.port, 30, prefix=aio.prefix)
+        admin = http.local(aio.port, aio.prefix, timeout=30)
         for name, groups in PROFILES.items():
             status, payload = admin.request(
-                'POST', '/device_profiles', [{'name': name,
-                                              'groups': groups}])
+                'POST', '/v2/device_profiles',
+                [{'name': name, 'groups': groups}])
             if status != 201:
                 raise RuntimeError('profile %s: %d %s' % (name, status,
                                                           payload[:300]))
+        deps = http.wait_for_deployables(admin, 4)
+        hostname = admin.call('GET', '/v2/devices')['devices'][0]['hostname']
         admin.close()
-        deps = bind_bench.wait_for_deployables(
-            bind_bench.Client(aio.port, aio.prefix, 30), {}, 4)
-        hostname = _hostname(aio)
         load = Load(aio, receiver, hostname,
                     [d['rp_uuid'] for d in deps], args.workers)
         samples = []
@@ -239,9 +242,9 @@ def main(argv=None):
                                           else 0)
                 done = cycles - (previous['cycles'] if previous else 0)
                 s['cycles_per_s'] = round(done / span, 1) if span else 0
-                s['cycle_p50_ms'] = round(1000 * _common.percentile(
+                s['cycle_p50_ms'] = round(1000 * stats.percentile(
                     seconds, 50), 1) if seconds else None
-                s['cycle_p99_ms'] = round(1000 * _common.percentile(
+                s['cycle_p99_ms'] = round(1000 * stats.percentile(
                     seconds, 99), 1) if seconds else None
                 samples.append(s)
                 log('t=%(t_s)ss cycles=%(cycles)s errors=%(errors)s '
@@ -268,7 +271,7 @@ def main(argv=None):
                 'fds_sockets_db_files': '+%d' % FD_GROWTH,
                 'threads': '+%d' % THREAD_GROWTH},
             'broken': broken, 'samples': samples,
-            'revision': _common.git_revision(),
+            'revision': machine.git_revision(),
             'log_problems': aio.log_problems()[:20],
         }
         print(table(samples))
@@ -286,22 +289,8 @@ def main(argv=None):
             load.stop()
         if aio is not None:
             aio.stop()
-        receiver.stop()
+        receiver.close()
         if args.keep:
             log('work directory kept: %s' % workdir)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _hostname(aio):
-    client = _common.Client(aio.port, 30, prefix=aio.prefix)
-    try:
-        status, payload = client.request('GET', '/devices')
-        return json.loads(payload)['devices'][0]['hostname']
-    finally:
-        client.close()
-
-
-if __name__ == '__main__':
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
-    sys.exit(main())

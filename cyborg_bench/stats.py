@@ -1,14 +1,16 @@
+# SPDX-License-Identifier: Apache-2.0
 """Latency summaries: nearest-rank percentiles over client-side samples."""
 
 import math
 
 
-def percentile(sorted_values, p):
-    """Nearest-rank percentile of an already sorted list (None if empty)."""
-    if not sorted_values:
+def percentile(values, p):
+    """Nearest-rank percentile of a list (sorted here); None if empty."""
+    if not values:
         return None
-    rank = max(1, math.ceil(p / 100.0 * len(sorted_values)))
-    return sorted_values[rank - 1]
+    values = sorted(values)
+    rank = max(1, math.ceil(p / 100.0 * len(values)))
+    return values[rank - 1]
 
 
 def summarize(seconds):
@@ -22,3 +24,9 @@ def summarize(seconds):
     out['max_ms'] = round(values[-1] * 1000, 2)
     out['mean_ms'] = round(sum(values) / len(values) * 1000, 2)
     return out
+
+
+def fmt(summary, key, digits=1):
+    """One figure of a summary for a Markdown table ('—' when absent)."""
+    value = summary.get(key)
+    return '—' if value is None else '%.*f' % (digits, value)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The workloads, each a function of a Context returning result dicts.
 
 Paths and bodies are what Nova and the cyborg client send to a Cyborg v2

@@ -1,9 +1,11 @@
-"""cyborg-bench against our API served in this process: the shape of its
-JSON, and that wrong answers are counted as errors. Nothing is timed."""
+"""cyborg-bench: the load generator against our API served in this
+process (the shape of its JSON, wrong answers counted as errors), the
+subcommands' arguments and the pieces they share. Nothing is timed."""
 
 import json
 import socketserver
 import threading
+import urllib.error
 import urllib.request
 import wsgiref.simple_server
 
@@ -12,9 +14,14 @@ import pytest
 from cyborg.api import app
 from cyborg.conf import CONF
 from cyborg.wsgi import floor
+from cyborg.drivers import fake
 from cyborg_bench import cli
 from cyborg_bench import client
 from cyborg_bench import events
+from cyborg_bench import hostspec
+from cyborg_bench import load
+from cyborg_bench import side_by_side
+from cyborg_bench import stats
 
 
 class _Server(socketserver.ThreadingMixIn, wsgiref.simple_server.WSGIServer):
@@ -52,7 +59,7 @@ def floor_url():
 
 def _run(tmp_path, *argv):
     out = tmp_path / 'bench.json'
-    rc = cli.main(list(argv) + ['--json', str(out), '--quiet'])
+    rc = cli.main(['load'] + list(argv) + ['--json', str(out), '--quiet'])
     return rc, json.loads(out.read_text())
 
 
@@ -60,7 +67,7 @@ def test_every_workload_reports_its_figures(api, tmp_path):
     url, db_url = api
     rc, doc = _run(
         tmp_path, '--url', url + '/v2', '--requests', '3', '--warmup', '1',
-        '--workloads', ','.join(cli.ALL), '--sizes', '20,40',
+        '--workloads', ','.join(load.ALL), '--sizes', '20,40',
         '--dp-list-rows', '5', '--seed-db', db_url,
         '--no-bind-reason', 'no events receiver in this test')
     assert rc == 0, doc
@@ -70,7 +77,7 @@ def test_every_workload_reports_its_figures(api, tmp_path):
     assert [r['workload'] for r in doc['results'] if 'not_run' in r] == [
         'bind']
     assert doc['results'][-1]['not_run'] == 'no events receiver in this test'
-    assert {r['workload'] for r in ran} == set(cli.ALL) - {'bind'}
+    assert {r['workload'] for r in ran} == set(load.ALL) - {'bind'}
     for r in ran:
         assert r['errors'] == 0, r
         assert r['ok'] == r['planned']
@@ -134,20 +141,88 @@ def test_receiver_records_events_by_tag():
         assert event['status'] == 'completed'
         with pytest.raises(TimeoutError):
             receiver.wait('arq-2', timeout=0.05)
+        assert receiver.wait_all(['arq-1'], timeout=0)
+        assert not receiver.wait_all(['arq-1', 'arq-2'], timeout=0.05)
+        # A second event for the same tag is a duplicate, not an arrival.
+        urllib.request.urlopen(req, timeout=10).read()
+        assert receiver.arrivals['arq-1'] == (arrived, event)
+        assert len(receiver.duplicates) == 1
+        assert [n for _, n in receiver.batches] == [1, 1]
     finally:
         receiver.close()
 
 
-def _side_by_side():
-    import os
-    import sys
-    here = os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks')
-    sys.path.insert(0, os.path.abspath(here))
+def test_receiver_refuses_what_nova_would():
+    receiver = events.Receiver()
     try:
-        import side_by_side
+        for path, body, status in (
+                ('/v2.1/os-server-external-events', b'{"events": 1}', 400),
+                ('/v2.1/os-server-external-events', b'nonsense', 400),
+                ('/v2.1/servers', b'{"events": []}', 404)):
+            req = urllib.request.Request(
+                'http://127.0.0.1:%d%s' % (receiver.port, path), data=body,
+                headers={'Content-Type': 'application/json'})
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=10)
+            assert e.value.code == status
+        assert len(receiver.bad_requests) == 3
+        assert receiver.arrivals == {}
     finally:
-        sys.path.pop(0)
-    return side_by_side
+        receiver.close()
+
+
+@pytest.mark.parametrize('argv', [
+    ['load', '--url', 'http://127.0.0.1:1'],
+    ['api', '--quick', '--db', 'mysql'],
+    ['bind', '--quick', '--deployment', 'distributed'],
+    ['agent-scale', '--quick', '--transport', 'rabbit'],
+    ['nvidia', '--gpus', '1', '--mig-binds', '1'],
+    ['side-by-side', '--quick', '--skip-reference'],
+    ['soak', '--minutes', '0.1'],
+])
+def test_every_subcommand_parses_its_arguments(argv):
+    args = cli.parser().parse_args(argv)
+    assert args.run is cli.BENCHMARKS[argv[0]][0].run
+
+
+@pytest.mark.parametrize('argv', [
+    ['bind', '--experiment', 'fake-notify'],   # removed experiments
+    ['nvidia', '--gc-freeze'],
+    ['bind', '--aio-exe', 'cyborg-aio'],
+    ['--url', 'http://127.0.0.1:1'],           # a subcommand is needed
+])
+def test_removed_options_are_refused(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.parser().parse_args(argv)
+    assert e.value.code == 2
+
+
+def test_generated_host_specs_are_what_the_fake_driver_reads(tmp_path):
+    fpgas = tmp_path / 'fpgas.yaml'
+    hostspec.write_fpgas(str(fpgas), devices=3, functions=4)
+    devices = fake.FakeDriver(str(fpgas)).discover()
+    assert len(devices) == 3
+    assert [len(d.deployables[0].attach_handles) for d in devices] == [4] * 3
+    gpus = tmp_path / 'gpus.yaml'
+    hostspec.write_gpus(str(gpus), devices=5)
+    devices = fake.FakeDriver(str(gpus)).discover()
+    assert sorted(d.type for d in devices) == ['GPU'] * 5
+    assert len({d.deployables[0].name for d in devices}) == 5
+    with pytest.raises(ValueError):
+        hostspec.write_fpgas(str(fpgas), devices=0, functions=1)
+
+
+def test_percentiles_are_nearest_rank():
+    values = [0.005, 0.001, 0.004, 0.002, 0.003]
+    assert stats.percentile(values, 50) == 0.003
+    assert stats.percentile(values, 99) == 0.005
+    assert stats.percentile([], 50) is None
+    summary = stats.summarize(values)
+    assert (summary['n'], summary['p50_ms'], summary['max_ms'],
+            summary['mean_ms']) == (5, 3.0, 5.0, 3.0)
+    assert stats.summarize([]) == {'n': 0}
+    assert stats.fmt(summary, 'p90_ms') == '5.0'
+    assert stats.fmt({}, 'p90_ms') == '—'
 
 
 def _result(workload, ops, p50, rows=None, ok=10, **extra):
@@ -160,7 +235,7 @@ def _result(workload, ops, p50, rows=None, ok=10, **extra):
 
 
 def test_side_by_side_ratios_bounds_and_not_run():
-    sbs = _side_by_side()
+    sbs = side_by_side
     ours = {'results': [
         _result('dp-create', 500.0, 2.0),
         _result('lookup', 400.0, 2.5, rows=100000),
