@@ -80,7 +80,7 @@ DP_LIST_ROWS = 200
 
 
 def log(msg):
-    print('[bench %s] %s' % (time.strftime('%H:%M:%S'), msg),
+    print('[cyborg-bench api %s] %s' % (time.strftime('%H:%M:%S'), msg),
           file=sys.stderr, flush=True)
 
 

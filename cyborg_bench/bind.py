@@ -90,7 +90,7 @@ ROUNDS = {
 
 
 def log(msg):
-    print('[bind-bench %s] %s' % (time.strftime('%H:%M:%S'), msg),
+    print('[cyborg-bench bind %s] %s' % (time.strftime('%H:%M:%S'), msg),
           file=sys.stderr, flush=True)
 
 
@@ -397,9 +397,9 @@ class FloorServer:
     """The web server of the deployment under test, serving the no-op app:
     cheroot (10 threads) for aio, gunicorn sync workers for distributed."""
 
-    def __init__(self, deployment, workers):
+    def __init__(self, kind, workers):
         bindir = os.path.dirname(sys.executable)
-        if deployment == 'distributed':
+        if kind == 'distributed':
             self.port = deployment.free_port()
             cmd = [os.path.join(bindir, 'gunicorn'), '--workers',
                    str(workers), '--bind', '127.0.0.1:%d' % self.port,
@@ -422,12 +422,12 @@ class FloorServer:
         deployment.stop_group(self.proc)
 
 
-def measure_floor(deployment, workers, plan, request_timeout):
+def measure_floor(kind, workers, plan, request_timeout):
     """PATCH latency of the bare web server: C threads, each with its own
     keep-alive connection, send Nova's bind body at once, `rounds` times
     per concurrency, like the measured rounds. No service can answer
     faster than this on the same machine with the same client."""
-    server = FloorServer(deployment, workers)
+    server = FloorServer(kind, workers)
     try:
         results = {}
         for c, rounds in plan.items():

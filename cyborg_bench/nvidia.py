@@ -35,7 +35,7 @@ libnvidia-ml; the NVML call counts carry over to hardware as they are.
    bind.
 
    Times, from the PATCH's send: the 202 (PATCH), Bound (the conductor's
-   ``finish()`` committed), the event reaching Nova's events API; from the
+   ``finish_many()`` committed), the event reaching Nova's events API; from the
    DELETE's send: the 204, the driver's ``release()`` returned, the agent's
    ``release()`` returned (inventory republished; release is an RPC cast,
    so it ends after the 204). Those inside the service are taken by
@@ -105,7 +105,7 @@ SPANS = (('driver prepare', "in the driver's prepare()"),
 
 
 def log(msg):
-    print('[nvidia-bench %s] %s' % (time.strftime('%H:%M:%S'), msg),
+    print('[cyborg-bench nvidia %s] %s' % (time.strftime('%H:%M:%S'), msg),
           file=sys.stderr, flush=True)
 
 
@@ -212,7 +212,8 @@ class Probes:
     """Timestamps from inside the service, by wrapping a few calls of the
     running stack (perf_counter when the call returns or raises):
 
-    * cyborg.db.bindings.finish(uuid) → ('bound', ARQ uuid) (or 'failed');
+    * cyborg.db.bindings.finish_many(reasons) → ('bound', ARQ uuid) (or
+      'failed') for each ARQ it recorded;
     * the nvidia driver's release(name, handle) → ('released', handle);
     * the agent's release(ctx, handles) → ('republished', handle) each;
 
@@ -231,8 +232,10 @@ class Probes:
         self._undo = []
         agent = stack.agent
         driver = agent._driver('nvidia')
-        self._wrap(bindings, 'finish', stamp=lambda uuid, reason=None: [
-            ('bound' if reason is None else 'failed', uuid)])
+        # The conductor records a batch of outcomes at once.
+        self._wrap(bindings, 'finish_many', stamp=lambda reasons, infos=None: [
+            ('bound' if reason is None else 'failed', uuid)
+            for uuid, reason in reasons.items()])
         self._wrap(driver, 'prepare', span='driver prepare')
         self._wrap(driver, 'release', span='driver release',
                    stamp=lambda name, handle: [('released', handle['uuid'])])

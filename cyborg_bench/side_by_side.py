@@ -78,7 +78,8 @@ PROFILES = {
 
 
 def log(msg):
-    print('[side-by-side %s] %s' % (time.strftime('%H:%M:%S'), msg),
+    print('[cyborg-bench side-by-side %s] %s'
+          % (time.strftime('%H:%M:%S'), msg),
           file=sys.stderr, flush=True)
 
 

@@ -48,7 +48,7 @@ THREAD_GROWTH = 4
 
 
 def log(msg):
-    print('[soak %s] %s' % (time.strftime('%H:%M:%S'), msg),
+    print('[cyborg-bench soak %s] %s' % (time.strftime('%H:%M:%S'), msg),
           file=sys.stderr, flush=True)
 
 
