@@ -1,6 +1,6 @@
 """A WSGI app that does nothing: ``GET /`` answers 200 ``{}``.
 
-Served by the same uWSGI set-up as the API (benchmarks/side_by_side.py),
+Served by the same uWSGI set-up as the API (cyborg-bench side-by-side),
 it measures the floor of the web stack itself: what a request costs before
 any routing, policy or database work. Nothing is imported or configured.
 """
