@@ -7,12 +7,12 @@ What it does, all on 127.0.0.1:
    database on the local MariaDB/MySQL or PostgreSQL server) and migrates it
    with ``cyborg.db.migration.upgrade``;
 2. starts the real Placement service as its own process (``python -m
-   cyborg_bench.serve placement``), so every Placement call is a real HTTP
+   cyborg_harness.placement``), so every Placement call is a real HTTP
    request over loopback: by default on a throw-away MariaDB database; with
    ``--placement-db sqlite`` on SQLite (which answers 500 "database is
    locked" to concurrent writers);
 3. creates N compute-node resource providers (``bench-node-0001`` …) the
-   way nova-compute does (``cyborg.embedded.compute_node.ensure``: provider,
+   way nova-compute does (``cyborg_aio.compute_node.ensure``: provider,
    VCPU/MEMORY_MB/DISK_GB inventory, COMPUTE_ACCELERATORS trait);
 4. starts ONE conductor: an oslo.messaging RPC server (threading executor)
    with ``ConductorManager``, over ``inproc://`` (in-process, as cyborg-aio;
@@ -71,10 +71,14 @@ import threading
 import time
 import warnings
 
-from cyborg_bench import deployment
+from cyborg_harness import cpu
+from cyborg_harness import databases
+from cyborg_harness import placement as harness_placement
+from cyborg_harness import rabbit
+from cyborg_harness import stats
+
 from cyborg_bench import hostspec
 from cyborg_bench import machine
-from cyborg_bench import stats
 
 SAMPLE_AGENTS = 10
 
@@ -315,20 +319,10 @@ CPU_PIDS = {}   # label -> pid whose CPU time a round reports
 def cpu_sample():
     t = os.times()
     out = {'bench process (agents + conductor)': t.user + t.system,
-           'machine (all processes)': _machine_cpu()}
+           'machine (all processes)': cpu.machine_busy_seconds()}
     for label, pid in CPU_PIDS.items():
-        out[label] = deployment.process_cpu_seconds(pid, children=True)
+        out[label] = cpu.process_seconds(pid, children=True)
     return out
-
-
-def _machine_cpu():
-    with open('/proc/stat') as f:
-        fields = f.readline().split()[1:]
-    # user nice system idle iowait irq softirq steal: busy = all but idle,
-    # iowait
-    values = [int(x) for x in fields[:8]]
-    busy = sum(values) - values[3] - values[4]
-    return busy / os.sysconf('SC_CLK_TCK')
 
 
 def cpu_used(before):
@@ -639,9 +633,9 @@ def build_adapter(concurrency):
 
 def create_compute_nodes(adapter, names, concurrency, deadline):
     """nova-compute's part: one provider per node with its inventory and
-    traits (cyborg.embedded.compute_node.ensure through a PlacementClient,
+    traits (cyborg_aio.compute_node.ensure through a PlacementClient,
     which retries 5xx itself). Not counted in the agents' figures."""
-    from cyborg.embedded import compute_node
+    from cyborg_aio import compute_node
     from cyborg.placement import client as placement
 
     client = placement.PlacementClient(adapter)
@@ -697,7 +691,8 @@ def run_phases(args, cleanup, result):
                                                       ignore_errors=True))
 
     # Databases --------------------------------------------------------
-    db = deployment.Database(args.db, workdir, args.server_url)
+    db = databases.Database(args.db, workdir, args.server_url,
+                            prefix='cyborg_bench')
     if not args.keep:
         cleanup.add('conductor database', db.drop)
     db.migrate()
@@ -706,7 +701,7 @@ def run_phases(args, cleanup, result):
 
     placement_conn = None
     if args.placement_db == 'mysql':
-        pdb = deployment.Database(
+        pdb = databases.Database(
             'mysql', workdir, args.server_url if args.db == 'mysql' else None,
             prefix='placement_bench')
         if not args.keep:
@@ -716,7 +711,7 @@ def run_phases(args, cleanup, result):
 
     # Placement --------------------------------------------------------
     t0 = time.perf_counter()
-    proc = deployment.PlacementProcess(workdir, placement_conn)
+    proc = harness_placement.PlacementProcess(workdir, placement_conn)
     cleanup.add('placement process', proc.stop)
     CPU_PIDS['placement process'] = proc.pid
     mariadb = _pidof('mariadbd') or _pidof('mysqld')
@@ -730,7 +725,7 @@ def run_phases(args, cleanup, result):
 
     transport_url = 'inproc://'
     if args.transport == 'rabbit':
-        vhost = deployment.VirtualHost()
+        vhost = rabbit.VirtualHost(prefix='cyborg-bench')
         cleanup.add('RabbitMQ vhost', vhost.delete)
         transport_url = vhost.url
     configure(args, workdir, proc.url, db.url, transport_url)
@@ -855,7 +850,11 @@ def run_phases(args, cleanup, result):
     counts_after = db_counts(engine)
     check('DB: row counts unchanged in phase 2',
           counts_after == counts_before)
-    meta['placement_log_problems'] = proc.problems()[:20]
+    # Distinct lines that point at trouble, with their counts.
+    found = collections.Counter(line.strip()[:300]
+                                for line in proc.problems())
+    meta['placement_log_problems'] = ['%d× %s' % (n, line) for line, n
+                                      in found.most_common(20)]
     meta['total_s'] = round(time.monotonic() - started, 1)
 
 
@@ -969,7 +968,7 @@ def add_arguments(parser):
     parser.add_argument('--server-url',
                         help='SQLAlchemy URL of the database server for '
                              'mysql/postgresql; default %s'
-                             % deployment.DEFAULT_SERVER_URLS)
+                             % databases.SERVER_URLS)
     parser.add_argument('--placement-db', choices=('sqlite', 'mysql'),
                         default='mysql',
                         help="Placement's database (default mysql: a "

@@ -52,8 +52,12 @@ import warnings
 
 import sqlalchemy as sa
 
+from cyborg_harness import cpu
+from cyborg_harness import databases
+from cyborg_harness import net
+from cyborg_harness import processes
+
 from cyborg_bench import client as http
-from cyborg_bench import deployment
 from cyborg_bench import machine
 from cyborg_bench import stats
 
@@ -187,12 +191,12 @@ def write_config(path, db_url, pool_size):
                 % (NOAUTH_PROJECT, db_url, pool_size))
 
 
-class Server(deployment.Process):
+class Server(processes.Process):
     """gunicorn serving cyborg.wsgi.api:application in a subprocess."""
 
     def __init__(self, config, workdir, workers, threads, worker_class,
                  timeout=60.0):
-        self.port = deployment.free_port()
+        self.port = net.free_port()
         cmd = [sys.executable, '-m', 'gunicorn',
                '--bind', '%s:%d' % (HOST, self.port),
                '--workers', str(workers),
@@ -204,30 +208,37 @@ class Server(deployment.Process):
                '--error-logfile', '-',
                '--no-control-socket',
                'cyborg.wsgi.api:application']
-        super().__init__('gunicorn', cmd, workdir,
+        super().__init__('gunicorn', cmd, workdir, cwd=workdir,
                          env={'CYBORG_CONFIG_FILE': config})
         try:
-            self.wait_for(lambda: deployment.answers(
-                'http://%s:%d/v2/device_profiles' % (HOST, self.port)),
-                'an answer', timeout)
+            self.wait_for(self._answers, 'an answer', timeout)
         except BaseException:
             self.stop()
             raise
+
+    def _answers(self):
+        client = Client(self.port, 2)
+        try:
+            return client.request('GET', '/v2/device_profiles')[0] == 200
+        except OSError:
+            return False
+        finally:
+            client.close()
 
     def cpu_seconds(self):
         """User+system CPU seconds used so far by gunicorn's master and
         workers. Unlike wall time this hardly moves when other jobs share
         the CPUs."""
-        return deployment.group_cpu_seconds(self.pid)
+        return cpu.group_seconds(self.pid)
 
     def log_offset(self):
-        return len(self.text())
+        return len(self.logs())
 
     def log_problems(self, offset=0):
         """Lines of the server log (from `offset`) that point at trouble."""
         keys = ('Traceback', 'ERROR', 'CRITICAL', 'WORKER TIMEOUT',
                 'Worker exited', 'was sent SIG', 'Error', 'locked')
-        return [line.rstrip() for line in self.text()[offset:].splitlines()
+        return [line.rstrip() for line in self.logs()[offset:].splitlines()
                 if any(k in line for k in keys)]
 
 
@@ -502,7 +513,7 @@ def add_arguments(parser):
                         help='SQLAlchemy URL of the database server for '
                              'mysql/postgresql (a throw-away database is '
                              'created on it); default %s'
-                             % deployment.DEFAULT_SERVER_URLS)
+                             % databases.SERVER_URLS)
     parser.add_argument('--workers', type=int, default=2,
                         help='gunicorn worker processes (default 2)')
     parser.add_argument('--threads', type=int, default=1,
@@ -553,10 +564,11 @@ def run(args):
     db = server = engine = None
     meta = {}
     try:
-        db = deployment.Database(args.db, workdir, args.server_url)
+        db = databases.Database(args.db, workdir, args.server_url,
+                                prefix='cyborg_bench')
         db.migrate()
         engine = db.engine()
-        log('database %s migrated (%s)' % (db.kind, db.server_version()))
+        log('database %s migrated (%s)' % (db.backend, db.server_version()))
         config = os.path.join(workdir, 'cyborg.conf')
         write_config(config, db.url, pool_size=max(5, args.threads))
         server = Server(config, workdir, args.workers, args.threads,

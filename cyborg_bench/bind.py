@@ -69,9 +69,13 @@ import threading
 import time
 import uuid
 
+from cyborg_harness import aio as harness_aio
+from cyborg_harness import distributed
+from cyborg_harness import net
+from cyborg_harness import nova
+from cyborg_harness import processes
+
 from cyborg_bench import client as http
-from cyborg_bench import deployment
-from cyborg_bench import events
 from cyborg_bench import hostspec
 from cyborg_bench import machine
 from cyborg_bench import stats
@@ -131,6 +135,52 @@ class PySpy:
                 self.proc.kill()
                 self.proc.wait(5)
         self._log.close()
+
+
+# --------------------------------------------------------------------------
+# The deployment under test, either kind
+
+
+class Aio:
+    """cyborg-aio: one process."""
+
+    def __init__(self, proc):
+        self.proc = proc
+        self.api_url, self.port, self.prefix = (proc.api_url, proc.port,
+                                                proc.prefix)
+        self.pid, self.cmd = proc.pid, proc.argv
+
+    def cpu_seconds(self):
+        return self.proc.cpu_seconds()
+
+    def log_problems(self):
+        return self.proc.problems()
+
+    def stop(self):
+        self.proc.stop(on_kill=lambda: log(
+            'cyborg-aio did not stop within 30 s of SIGTERM; killing it'))
+
+
+class Distributed:
+    """Placement, cyborg-conductor, cyborg-agent and cyborg-api."""
+
+    def __init__(self, deployment):
+        self.deployment = deployment
+        self.api_url, self.port, self.prefix = (deployment.api_url,
+                                                deployment.port,
+                                                deployment.prefix)
+        self.pid = deployment.procs['cyborg-conductor'].pid  # for py-spy
+        self.cmd = [p.argv[0] for p in deployment.procs.values()]
+
+    def cpu_seconds(self):
+        """The cyborg processes' (gunicorn workers included)."""
+        return self.deployment.cpu_seconds()
+
+    def log_problems(self):
+        return self.deployment.log_problems()
+
+    def stop(self):
+        self.deployment.close()
 
 
 # --------------------------------------------------------------------------
@@ -225,7 +275,7 @@ def run_round(aio, receiver, clients, concurrency, hostname, rp_uuids,
     counts['patch_failed'] = c - sum(accepted)
     # Only an accepted (202) PATCH owes an event.
     tags = [a for i, a in enumerate(arqs) if accepted[i]]
-    arrived = receiver.wait_all(tags, event_timeout)
+    arrived = receiver.wait_for(tags, event_timeout)
     cpu1 = aio.cpu_seconds()
     if not arrived:
         missing = [t for t in tags if t not in receiver.arrivals]
@@ -248,8 +298,7 @@ def run_round(aio, receiver, clients, concurrency, hostname, rp_uuids,
         if wrong:
             counts['event_failed'] += 1
             errors.append('event for ARQ %s: %s' % (tag, wrong))
-    with receiver.cond:
-        batch_sizes = [n for _, n in receiver.batches[batches0:]]
+    batch_sizes = [n for _, n in list(receiver.batches)[batches0:]]
 
     # Verify (the way Nova looks ARQs up), then free the handles.
     verifier = clients[0]
@@ -400,26 +449,26 @@ class FloorServer:
     def __init__(self, kind, workers):
         bindir = os.path.dirname(sys.executable)
         if kind == 'distributed':
-            self.port = deployment.free_port()
+            self.port = net.free_port()
             cmd = [os.path.join(bindir, 'gunicorn'), '--workers',
                    str(workers), '--bind', '127.0.0.1:%d' % self.port,
                    '--log-level', 'warning', 'cyborg.wsgi.floor:application']
             self.proc = subprocess.Popen(cmd, start_new_session=True,
                                          stdout=subprocess.DEVNULL)
             deadline = time.monotonic() + 30
-            while not deployment.listening(self.port):
+            while not net.reachable(net.LOOPBACK, self.port):
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     self.stop()
                     raise RuntimeError('gunicorn (floor) did not start')
                 time.sleep(0.1)
         else:
             self.proc = subprocess.Popen(
-                [sys.executable, '-m', 'cyborg_bench.serve', 'floor'],
+                [sys.executable, '-m', 'cyborg_bench.floor'],
                 stdout=subprocess.PIPE, text=True, start_new_session=True)
             self.port = int(self.proc.stdout.readline())
 
     def stop(self):
-        deployment.stop_group(self.proc)
+        processes.stop_group(self.proc)
 
 
 def measure_floor(kind, workers, plan, request_timeout):
@@ -639,15 +688,16 @@ def run(args):
     try:
         spec = os.path.join(workdir, 'host.yaml')
         hostspec.write_fpgas(spec, args.devices, args.functions)
-        receiver = events.Receiver()
+        receiver = nova.NovaEvents()
         log('event receiver on %s' % receiver.url)
         if args.deployment == 'distributed':
-            aio = deployment.Distributed(workdir, spec, receiver.url,
-                                         db=args.db,
-                                         api_workers=args.api_workers)
+            aio = Distributed(distributed.Distributed(
+                workdir, database=args.db, host_spec=spec,
+                nova_url=receiver.url, api_workers=args.api_workers))
         else:
-            aio = deployment.Aio(workdir, spec, receiver.url,
-                                 debug=args.debug, log=log)
+            aio = Aio(harness_aio.Aio(workdir, host_spec=spec,
+                                      nova_endpoint=receiver.url,
+                                      debug=args.debug))
         log('%s ready: %s, %.1fs after start'
             % (args.deployment, aio.api_url, time.perf_counter() - started))
 
@@ -674,7 +724,7 @@ def run(args):
         need = max(list(plan) + [10])
         clients += [nova_client(aio.port, aio.prefix, args.request_timeout)
                     for _ in range(need)]
-        nova = clients[1:]
+        novas = clients[1:]
 
         meta = machine.describe()
         meta.update({
@@ -691,7 +741,7 @@ def run(args):
         })
 
         for r in range(args.warmup_rounds):
-            out = run_round(aio, receiver, nova, min(10, capacity),
+            out = run_round(aio, receiver, novas, min(10, capacity),
                             hostname, rp_uuids, args.event_timeout,
                             args.request_timeout)
             if out['errors']:
@@ -708,7 +758,7 @@ def run(args):
         levels = []
         for c, rounds in plan.items():
             t0 = time.perf_counter()
-            level = finish_level(run_level(aio, receiver, nova, c, rounds,
+            level = finish_level(run_level(aio, receiver, novas, c, rounds,
                                            hostname, rp_uuids, args,
                                            deadline))
             levels.append(level)
@@ -734,7 +784,7 @@ def run(args):
         meta['event_versions'] = sorted(
             '%s | %s' % v for v in receiver.versions)
         meta['duplicate_events'] = len(receiver.duplicates)
-        meta['bad_event_requests'] = receiver.bad_requests[:10]
+        meta['refused_events'] = receiver.refused[:10]
         meta['aio_log_problems'] = aio.log_problems()[:50]
         meta['total_seconds'] = round(time.perf_counter() - started, 1)
 
@@ -748,7 +798,7 @@ def run(args):
         # A duplicate event is allowed (delivery is at-least-once): shown,
         # not a failure.
         failed = sum(lv['error_count'] for lv in levels) \
-            + len(receiver.bad_requests)
+            + len(receiver.refused)
         for lv in levels:
             for e in lv['errors'][:5]:
                 print('    C=%d: %s' % (lv['concurrency'], e))
@@ -765,7 +815,7 @@ def run(args):
         if aio is not None:
             aio.stop()
         if receiver is not None:
-            receiver.close()
+            receiver.stop()
         if args.keep:
             log('kept %s' % workdir)
         else:

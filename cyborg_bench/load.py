@@ -24,8 +24,9 @@ import json
 import sys
 import time
 
+from cyborg_harness import nova
+
 from cyborg_bench import client
-from cyborg_bench import events
 from cyborg_bench import machine
 from cyborg_bench import workloads
 
@@ -111,7 +112,7 @@ def measure(args, log):
         from cyborg_bench import seed  # SQLAlchemy only when seeding
         seeder = seed.Seeder(args.seed_db)
     if args.receiver_port is not None:
-        receiver = events.Receiver(args.receiver_port)
+        receiver = nova.NovaEvents(port=args.receiver_port)
     ctx = workloads.Context(endpoint, args, seeder, receiver, log)
     meta = dict(
         machine.describe(), label=args.label, url=args.url)
@@ -142,7 +143,7 @@ def measure(args, log):
         if ctx._admin is not None:
             ctx._admin.close()
         if receiver is not None:
-            receiver.close()
+            receiver.stop()
         if seeder is not None:
             seeder.close()
     meta['seconds'] = round(time.perf_counter() - started, 1)

@@ -7,6 +7,8 @@ import os
 import platform
 import subprocess
 
+from cyborg_harness import cpu
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -26,14 +28,7 @@ def git_revision():
 
 
 def cpu_model():
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpu.cpu_model() or platform.processor() or platform.machine()
 
 
 def loadavg():

@@ -70,6 +70,8 @@ import urllib.parse
 import uuid
 import warnings
 
+from cyborg_harness import stats as harness_stats
+
 from cyborg_bench import client as http
 from cyborg_bench import machine
 from cyborg_bench import stats
@@ -285,7 +287,7 @@ class Probes:
             out = stats.summarize(self.spans[span])
             calls = sorted(self.nvml_calls[span])
         if calls:
-            out['nvml_calls_p50'] = stats.percentile(calls, 50)
+            out['nvml_calls_p50'] = harness_stats.percentile(calls, 50)
         return out
 
     def wait(self, key, timeout):
@@ -319,7 +321,7 @@ class Service:
 
     def __init__(self, workdir):
         from cyborg.conf import CONF
-        from cyborg.embedded import stack as embedded
+        from cyborg_aio import stack as embedded
 
         self.stack = embedded.EmbeddedStack(
             os.path.join(workdir, 'state'), port=0, placement_port=0,

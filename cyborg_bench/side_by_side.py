@@ -49,8 +49,11 @@ import threading
 import time
 import uuid
 
-from cyborg_bench import deployment
-from cyborg_bench import events
+from cyborg_harness import aio as harness_aio
+from cyborg_harness import net
+from cyborg_harness import processes
+from cyborg_harness import rabbit
+
 from cyborg_bench import hostspec
 from cyborg_bench import machine
 
@@ -116,7 +119,7 @@ def uwsgi(name, workdir, venv, module, workers, env=None, pythonpath=None,
           pyargv=None):
     """uWSGI serving `module` from `venv` on a free loopback port; the same
     options for every app. Returns (Proc, url)."""
-    port = deployment.free_port()
+    port = net.free_port()
     cmd = [os.path.join(REF_VENV, 'bin', 'uwsgi'),
            '--http-socket', '127.0.0.1:%d' % port,
            '--master', '--processes', str(workers), '--threads', '1',
@@ -129,7 +132,7 @@ def uwsgi(name, workdir, venv, module, workers, env=None, pythonpath=None,
         cmd += ['--pythonpath', pythonpath]
     if pyargv:
         cmd += ['--pyargv', pyargv]
-    proc = deployment.Process(name, cmd, workdir)
+    proc = processes.Process(name, cmd, workdir, cwd=workdir)
     url = 'http://127.0.0.1:%d' % port
     wait_http(proc, url + '/', timeout=90)
     return proc, url
@@ -142,7 +145,7 @@ def wait_http(proc, url, timeout):
     while time.monotonic() < deadline:
         if not proc.alive():
             raise RuntimeError('%s exited:\n%s'
-                               % (proc.name, proc.text()[-3000:]))
+                               % (proc.name, proc.log_tail(60)))
         try:
             urllib.request.urlopen(url, timeout=5).read()
             return
@@ -151,7 +154,7 @@ def wait_http(proc, url, timeout):
         except OSError:
             time.sleep(0.3)
     raise RuntimeError('%s did not answer in %ds:\n%s'
-                       % (proc.name, timeout, proc.text()[-3000:]))
+                       % (proc.name, timeout, proc.log_tail(60)))
 
 
 class PlacementStub:
@@ -167,7 +170,12 @@ class PlacementStub:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
-                events.reply_json(self, 200, doc)
+                data = json.dumps(doc).encode()
+                self.send_response(200)
+                self.send_header('Content-Type', 'application/json')
+                self.send_header('Content-Length', str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def log_message(self, *args):
                 pass
@@ -241,8 +249,9 @@ def start_reference(workdir, workers, stub, rabbit_url):
         schema = 'create_schema (upgrade failed on SQLite: %s)' % (
             [ln for ln in done.stdout.splitlines()
              + done.stderr.splitlines() if 'Error' in ln] or ['?'])[-1][-160:]
-    conductor = deployment.Process('ref-conductor', [os.path.join(
-        REF_VENV, 'bin', 'cyborg-conductor'), '--config-file', conf], d)
+    conductor = processes.Process(
+        'ref-conductor', [os.path.join(REF_VENV, 'bin', 'cyborg-conductor'),
+                          '--config-file', conf], d, cwd=d)
     api, url = uwsgi('ref-uwsgi', d, REF_VENV,
                      'cyborg.wsgi.api:application', workers, pythonpath=d,
                      pyargv='--config-file ' + conf)
@@ -259,7 +268,7 @@ def wait_conductor(url, conductor, timeout=60):
     while time.monotonic() < deadline:
         if not conductor.alive():
             raise RuntimeError('conductor exited:\n'
-                               + conductor.text()[-3000:])
+                               + conductor.log_tail(60))
         req = urllib.request.Request(
             url + '/v2/device_profiles', data=body, method='POST',
             headers={'Content-Type': 'application/json'})
@@ -273,7 +282,7 @@ def wait_conductor(url, conductor, timeout=60):
         urllib.request.urlopen(req, timeout=10).read()
         return
     raise RuntimeError('the reference conductor never answered:\n'
-                       + conductor.text()[-3000:])
+                       + conductor.log_tail(60))
 
 
 def start_ours(workdir, workers):
@@ -347,7 +356,7 @@ def run_all(args, p, workdir):
         api.stop()
 
         if not args.skip_reference:
-            vhost = deployment.VirtualHost()
+            vhost = rabbit.VirtualHost(prefix='cyborg-bench')
             api, conductor, url, db_url, schema = start_reference(
                 workdir, args.workers, stub, vhost.url)
             procs += [api, conductor]
@@ -390,8 +399,8 @@ def bench_aio(args, p, workdir):
     os.makedirs(d)
     spec = os.path.join(d, 'host.yaml')
     hostspec.write_fpgas(spec, 16, 8)
-    port = deployment.free_port()
-    aio = deployment.Aio(d, spec, 'http://127.0.0.1:%d' % port, log=log)
+    port = net.free_port()
+    aio = harness_aio.Aio(d, host_spec=spec, nova_endpoint=net.url(port))
     try:
         url = 'http://127.0.0.1:%d%s' % (aio.port, aio.prefix)
         return bench('ours-aio', url, workdir, ['bind', 'boot'], args,

@@ -33,12 +33,13 @@ import threading
 import time
 import uuid
 
+from cyborg_harness import aio as harness_aio
+from cyborg_harness import nova
+from cyborg_harness import stats
+
 from cyborg_bench import client as http
-from cyborg_bench import deployment
-from cyborg_bench import events
 from cyborg_bench import hostspec
 from cyborg_bench import machine
-from cyborg_bench import stats
 
 PROFILES = {'soak-one': [{'resources:FPGA': '1'}],
             'soak-two': [{'resources:FPGA': '2'}]}
@@ -146,7 +147,7 @@ class Load:
                                        instance))
         self._expect(client, 'PATCH', '/v2/accelerator_requests', body, 202)
         tags = [a['uuid'] for a in arqs]
-        if not self.receiver.wait_all(tags, 30):
+        if not self.receiver.wait_for(tags, 30):
             raise RuntimeError('no event for %s within 30 s' % tags)
         got = self._expect(client, 'GET',
                            '/v2/accelerator_requests?instance=%s'
@@ -208,10 +209,11 @@ def run(args):
     workdir = tempfile.mkdtemp(prefix='cyborg-soak-')
     spec = os.path.join(workdir, 'host.yaml')
     hostspec.write_fpgas(spec, devices=4, functions=16)
-    receiver = events.Receiver()
+    receiver = nova.NovaEvents()
     aio = load = None
     try:
-        aio = deployment.Aio(workdir, spec, receiver.url, log=log)
+        aio = harness_aio.Aio(workdir, host_spec=spec,
+                              nova_endpoint=receiver.url)
         log('cyborg-aio pid %d at %s' % (aio.pid, aio.api_url))
         admin = http.local(aio.port, aio.prefix, timeout=30)
         for name, groups in PROFILES.items():
@@ -272,7 +274,7 @@ def run(args):
                 'threads': '+%d' % THREAD_GROWTH},
             'broken': broken, 'samples': samples,
             'revision': machine.git_revision(),
-            'log_problems': aio.log_problems()[:20],
+            'log_problems': aio.problems()[:20],
         }
         print(table(samples))
         print(json.dumps(result, indent=1))
@@ -289,7 +291,7 @@ def run(args):
             load.stop()
         if aio is not None:
             aio.stop()
-        receiver.close()
+        receiver.stop()
         if args.keep:
             log('work directory kept: %s' % workdir)
         else:

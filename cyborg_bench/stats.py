@@ -1,16 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Latency summaries: nearest-rank percentiles over client-side samples."""
+"""Latency summaries of client-side samples (nearest-rank percentiles,
+cyborg_harness.stats), and their figures in Markdown tables."""
 
-import math
-
-
-def percentile(values, p):
-    """Nearest-rank percentile of a list (sorted here); None if empty."""
-    if not values:
-        return None
-    values = sorted(values)
-    rank = max(1, math.ceil(p / 100.0 * len(values)))
-    return values[rank - 1]
+from cyborg_harness import stats
 
 
 def summarize(seconds):
@@ -20,7 +12,7 @@ def summarize(seconds):
     if not values:
         return out
     for p in (50, 90, 99):
-        out['p%d_ms' % p] = round(percentile(values, p) * 1000, 2)
+        out['p%d_ms' % p] = round(stats.percentile(values, p) * 1000, 2)
     out['max_ms'] = round(values[-1] * 1000, 2)
     out['mean_ms'] = round(sum(values) / len(values) * 1000, 2)
     return out

@@ -324,7 +324,7 @@ def _flow_bound(ctx, name, targets):
         answered = time.perf_counter()
         last = sent
         for a in arqs:
-            arrived, event = ctx.receiver.wait(a['uuid'], timeout)
+            arrived, event = ctx.receiver.take(a['uuid'], timeout)
             if event.get('status') != 'completed':
                 raise ValueError('bind of %s: %s' % (a['uuid'], event))
             last = max(last, arrived)

@@ -5,8 +5,6 @@ subcommands' arguments and the pieces they share. Nothing is timed."""
 import json
 import socketserver
 import threading
-import urllib.error
-import urllib.request
 import wsgiref.simple_server
 
 import pytest
@@ -17,7 +15,6 @@ from cyborg.wsgi import floor
 from cyborg.drivers import fake
 from cyborg_bench import cli
 from cyborg_bench import client
-from cyborg_bench import events
 from cyborg_bench import hostspec
 from cyborg_bench import load
 from cyborg_bench import side_by_side
@@ -125,52 +122,6 @@ def test_endpoint_accepts_the_v2_url_or_the_root():
         client.Endpoint('h:1')
 
 
-def test_receiver_records_events_by_tag():
-    receiver = events.Receiver()
-    try:
-        body = json.dumps({'events': [{
-            'name': 'accelerator-request-bound', 'tag': 'arq-1',
-            'server_uuid': 'i-1', 'status': 'completed'}]}).encode()
-        req = urllib.request.Request(
-            'http://127.0.0.1:%d/v2.1/os-server-external-events'
-            % receiver.port, data=body,
-            headers={'Content-Type': 'application/json'})
-        answer = json.loads(urllib.request.urlopen(req, timeout=10).read())
-        assert answer['events'][0]['code'] == 200
-        arrived, event = receiver.wait('arq-1', timeout=10)
-        assert event['status'] == 'completed'
-        with pytest.raises(TimeoutError):
-            receiver.wait('arq-2', timeout=0.05)
-        assert receiver.wait_all(['arq-1'], timeout=0)
-        assert not receiver.wait_all(['arq-1', 'arq-2'], timeout=0.05)
-        # A second event for the same tag is a duplicate, not an arrival.
-        urllib.request.urlopen(req, timeout=10).read()
-        assert receiver.arrivals['arq-1'] == (arrived, event)
-        assert len(receiver.duplicates) == 1
-        assert [n for _, n in receiver.batches] == [1, 1]
-    finally:
-        receiver.close()
-
-
-def test_receiver_refuses_what_nova_would():
-    receiver = events.Receiver()
-    try:
-        for path, body, status in (
-                ('/v2.1/os-server-external-events', b'{"events": 1}', 400),
-                ('/v2.1/os-server-external-events', b'nonsense', 400),
-                ('/v2.1/servers', b'{"events": []}', 404)):
-            req = urllib.request.Request(
-                'http://127.0.0.1:%d%s' % (receiver.port, path), data=body,
-                headers={'Content-Type': 'application/json'})
-            with pytest.raises(urllib.error.HTTPError) as e:
-                urllib.request.urlopen(req, timeout=10)
-            assert e.value.code == status
-        assert len(receiver.bad_requests) == 3
-        assert receiver.arrivals == {}
-    finally:
-        receiver.close()
-
-
 @pytest.mark.parametrize('argv', [
     ['load', '--url', 'http://127.0.0.1:1'],
     ['api', '--quick', '--db', 'mysql'],
@@ -212,11 +163,8 @@ def test_generated_host_specs_are_what_the_fake_driver_reads(tmp_path):
         hostspec.write_fpgas(str(fpgas), devices=0, functions=1)
 
 
-def test_percentiles_are_nearest_rank():
+def test_summaries_are_nearest_rank_in_ms():
     values = [0.005, 0.001, 0.004, 0.002, 0.003]
-    assert stats.percentile(values, 50) == 0.003
-    assert stats.percentile(values, 99) == 0.005
-    assert stats.percentile([], 50) is None
     summary = stats.summarize(values)
     assert (summary['n'], summary['p50_ms'], summary['max_ms'],
             summary['mean_ms']) == (5, 3.0, 5.0, 3.0)
@@ -257,6 +205,16 @@ def test_side_by_side_ratios_bounds_and_not_run():
     table = sbs.markdown(list(rows.values()))
     assert '> 240 s' in table and '> 96000×' in table
     assert '(3 done, time cap)' in table
+
+
+def test_side_by_side_runs_the_load_generator_as_a_subcommand(
+        floor_url, tmp_path):
+    args = cli.parser().parse_args(['side-by-side', '--quick'])
+    doc = side_by_side.bench('floor', floor_url, str(tmp_path), ['noop'],
+                             args, ['--requests', '2', '--warmup', '0'])
+    assert doc['meta']['label'] == 'floor'
+    assert [(r['workload'], r['ok'], r['errors'])
+            for r in doc['results']] == [('noop', 2, 0)]
 
 
 def test_dp_list_trims_a_paged_table_to_size(api, tmp_path):
