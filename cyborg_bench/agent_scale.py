@@ -164,7 +164,8 @@ def endpoint(method, url):
 class Stats:
     """Counters of one round: HTTP calls to Placement, SQL statements sent
     by this process (only the conductor talks to the DB during a round),
-    conductor-side time."""
+    conductor-side time.
+    """
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -337,7 +338,8 @@ def _ms(seconds):
 
 def run_round(name, agents, fn, concurrency, deadline):
     """fn(agent) on every agent from `concurrency` threads; returns the
-    round's record (timings, counters, errors)."""
+    round's record (timings, counters, errors).
+    """
     STATS.reset()
     STATS.active = True
     records = []
@@ -479,6 +481,7 @@ def placement_snapshot(adapter):
 
 def db_counts(engine):
     import sqlalchemy as sa
+
     from cyborg.db import models
     with engine.connect() as conn:
         return {t.name: conn.execute(
@@ -488,8 +491,10 @@ def db_counts(engine):
 
 def verify_first_report(agents, devices, engine, adapter, roots, rng):
     """N×D deployables in the DB, N×D Cyborg providers under the compute
-    nodes in Placement, rp_uuids agreeing, exact content on a sample."""
+    nodes in Placement, rp_uuids agreeing, exact content on a sample.
+    """
     import sqlalchemy as sa
+
     from cyborg.agent import providers
     from cyborg.db import models
     from cyborg.placement import client as placement
@@ -618,8 +623,10 @@ def configure(args, workdir, placement_url, db_url, transport_url):
 
 def build_adapter(concurrency):
     """One keystoneauth Adapter (one requests session) for all agents,
-    with a connection pool as large as the number of agent threads."""
+    with a connection pool as large as the number of agent threads.
+    """
     from keystoneauth1 import session as ks_session
+
     from cyborg.common import ksa
 
     adapter = ksa.get_adapter('placement',
@@ -634,9 +641,10 @@ def build_adapter(concurrency):
 def create_compute_nodes(adapter, names, concurrency, deadline):
     """nova-compute's part: one provider per node with its inventory and
     traits (cyborg_aio.compute_node.ensure through a PlacementClient,
-    which retries 5xx itself). Not counted in the agents' figures."""
-    from cyborg_aio import compute_node
+    which retries 5xx itself). Not counted in the agents' figures.
+    """
     from cyborg.placement import client as placement
+    from cyborg_aio import compute_node
 
     client = placement.PlacementClient(adapter)
     roots = {}

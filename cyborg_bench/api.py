@@ -122,7 +122,8 @@ def delete_all_arqs(engine):
 
 def _known(table, rows):
     """Rows restricted to the table's columns; columns we do not name get
-    their model defaults."""
+    their model defaults.
+    """
     names = set(table.c.keys())
     return [{k: v for k, v in row.items() if k in names} for row in rows]
 
@@ -228,7 +229,8 @@ class Server(processes.Process):
     def cpu_seconds(self):
         """User+system CPU seconds used so far by gunicorn's master and
         workers. Unlike wall time this hardly moves when other jobs share
-        the CPUs."""
+        the CPUs.
+        """
         return cpu.group_seconds(self.pid)
 
     def log_offset(self):
@@ -255,7 +257,8 @@ def run_phase(port, name, make_request, expect, count, concurrency,
               time_limit, rows=None, warmup=0, request_timeout=30.0,
               cpu_probe=None):
     """Send `count` requests from `concurrency` threads, at most
-    `time_limit` seconds. make_request(i) -> (method, path, body)."""
+    `time_limit` seconds. make_request(i) -> (method, path, body).
+    """
     lock = threading.Lock()
     state = {'next': 0}
     latencies = []
@@ -434,7 +437,8 @@ def _scenarios(args, profile, engine, server, deadline, results):
 
 def explain_lookup(engine, instance):
     """The database's plan for the ARQ-by-instance query the API runs
-    (rebuilt from cyborg.db.arqs; None if its internals moved)."""
+    (rebuilt from cyborg.db.arqs; None if its internals moved).
+    """
     try:
         from cyborg.db import arqs
         query = (arqs._SELECT.where(arqs.ARQ.c.instance_uuid == instance)

@@ -444,7 +444,8 @@ def finish_level(level):
 
 class FloorServer:
     """The web server of the deployment under test, serving the no-op app:
-    cheroot (10 threads) for aio, gunicorn sync workers for distributed."""
+    cheroot (10 threads) for aio, gunicorn sync workers for distributed.
+    """
 
     def __init__(self, kind, workers):
         bindir = os.path.dirname(sys.executable)
@@ -475,7 +476,8 @@ def measure_floor(kind, workers, plan, request_timeout):
     """PATCH latency of the bare web server: C threads, each with its own
     keep-alive connection, send Nova's bind body at once, `rounds` times
     per concurrency, like the measured rounds. No service can answer
-    faster than this on the same machine with the same client."""
+    faster than this on the same machine with the same client.
+    """
     server = FloorServer(kind, workers)
     try:
         results = {}

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """HTTP to the endpoint under test: one keep-alive connection per client
-thread, JSON in and out, an unexpected status raised as an error."""
+thread, JSON in and out, an unexpected status raised as an error.
+"""
 
 import http.client
 import json
@@ -57,14 +58,16 @@ class Endpoint:
 
 def local(port, prefix='', headers=None, timeout=30.0):
     """A client of http://127.0.0.1:port with paths starting at `prefix`
-    (a trailing /v2 is dropped: paths start with it)."""
+    (a trailing /v2 is dropped: paths start with it).
+    """
     return Endpoint('http://127.0.0.1:%d%s' % (port, prefix), headers,
                     timeout).client()
 
 
 class Client:
     """One connection, reopened when the server closed it (uWSGI and
-    gunicorn's sync worker close after every response)."""
+    gunicorn's sync worker close after every response).
+    """
 
     def __init__(self, endpoint):
         self.endpoint = endpoint
@@ -103,7 +106,8 @@ class Client:
 
     def call(self, method, path, body=None, expect=200, headers=None):
         """The decoded JSON body (None when empty); UnexpectedStatus when
-        the status is not `expect`."""
+        the status is not `expect`.
+        """
         status, payload = self.request(method, path, body, headers)
         if status != expect:
             raise UnexpectedStatus(method, path, status, payload)
@@ -117,7 +121,8 @@ class Client:
 
 def wait_for_deployables(client, count, timeout=60.0):
     """GET /v2/deployables until it lists `count` (the agent's first report
-    may land after the API answers); what it lists at the timeout."""
+    may land after the API answers); what it lists at the timeout.
+    """
     deadline = time.monotonic() + timeout
     while True:
         deps = client.call('GET', '/v2/deployables')['deployables']

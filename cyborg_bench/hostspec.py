@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fake-driver host specs the benchmarks generate (the format of
-etc/cyborg/fake-hosts/*.yaml)."""
+etc/cyborg/fake-hosts/*.yaml).
+"""
 
 # GPU model reported by every simulated GPU (an H200, as in
 # etc/cyborg/fake-hosts/gpu-host.yaml).
@@ -17,7 +18,8 @@ def write_fpgas(path, devices, functions):
     """FPGA cards on buses 0x20.., each with `functions` functions (the
     fake driver numbers them device*8+function from the card's address, so
     8 functions fill one PCI device slot); every function is one attach
-    handle."""
+    handle.
+    """
     if not 1 <= devices <= 0xdf:
         raise ValueError('devices must be 1..223')
     lines = []

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What every benchmark records about the run: the machine, the load, the
-checkout and when."""
+checkout and when.
+"""
 
 import datetime
 import os
@@ -14,7 +15,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def git_revision():
     """Short HEAD, '+dirty' when cyborg/ has local changes; None outside
-    a checkout."""
+    a checkout.
+    """
     try:
         rev = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
                              cwd=REPO, capture_output=True, text=True,

@@ -132,7 +132,8 @@ def discovery_host(workdir, count):
 
 def lay_out(driver, nvml, addresses):
     """LAYOUT on every GPU through the driver's prepare(); returns
-    (instances made, seconds per prepare(), NVML calls per prepare())."""
+    (instances made, seconds per prepare(), NVML calls per prepare()).
+    """
     from cyborg.objects import device as records
 
     made, times, calls = 0, [], []
@@ -153,7 +154,8 @@ def lay_out(driver, nvml, addresses):
 
 def time_discovery(driver, nvml, runs):
     """(seconds per discover(), NVML C calls per discover()), after one
-    unmeasured call."""
+    unmeasured call.
+    """
     driver.discover()
     times, calls = [], []
     for _ in range(runs):
@@ -221,7 +223,8 @@ class Probes:
 
     and, per SPANS, the time spent in a call and the NVML C calls made
     meanwhile (by any thread: binds here run one at a time). undo() puts
-    the originals back."""
+    the originals back.
+    """
 
     def __init__(self, stack):
         from cyborg.db import bindings
@@ -292,7 +295,8 @@ class Probes:
 
     def wait(self, key, timeout):
         """(perf_counter, None) once the call stamping `key` returned;
-        (None, why) when it raised or did not end within `timeout`."""
+        (None, why) when it raised or did not end within `timeout`.
+        """
         with self.cond:
             if not self.cond.wait_for(lambda: key in self.stamps, timeout):
                 return None, 'no %s within %.0fs' % (key[0], timeout)
@@ -302,7 +306,8 @@ class Probes:
 
 def expect_event(receiver, instance, host, arq_uuid):
     """What Nova's compute does before a bind: the instance is on `host`,
-    and a waiter for the ARQ's event; the waiter records its arrival."""
+    and a waiter for the ARQ's event; the waiter records its arrival.
+    """
     receiver.instances.add(instance, host)
     waiter = receiver.instance_events.prepare_for_instance_event(
         instance, EVENT_NAME, arq_uuid)
@@ -361,7 +366,8 @@ class Service:
 
     def device_state(self, address):
         """(MIG instances, kernel driver, whether the provider in
-        Placement is as it was for the idle GPU)."""
+        Placement is as it was for the idle GPU).
+        """
         fake = self.stack.fake_gpus
         gpu = fake.nvml.to_state()['gpus'][self.gpu_uuids[address]]
         return (len(gpu['gpu_instances']), fake.sysfs.driver(address),
@@ -387,7 +393,8 @@ STATES = {'mig': {'bound': (1, 'nvidia', False),
 def check_state(svc, kind, address, when, timeout=0.0):
     """[] once the GPU and its provider are as expected (waiting up to
     `timeout`: after a release the agent's lifecycle pass unfences a GPU
-    that was passed through), else the problem."""
+    that was passed through), else the problem.
+    """
     deadline = time.perf_counter() + timeout
     while True:
         state = svc.device_state(address)
@@ -402,7 +409,8 @@ def check_state(svc, kind, address, when, timeout=0.0):
 
 def bind_cycle(svc, kind, profile, address, timeout):
     """Create, bind, verify, delete, verify one ARQ. Returns (samples in
-    seconds by measure, errors)."""
+    seconds by measure, errors).
+    """
     client, probes = svc.client, svc.probes
     instance = str(uuid.uuid4())
     [arq] = client.call('POST', '/v2/accelerator_requests',

@@ -16,7 +16,8 @@ from cyborg_bench import stats
 
 def run(endpoint, op, count, concurrency, time_limit, warmup=0):
     """Result dict of `count` operations at `concurrency`; operations not
-    started by time_limit seconds are not run (time_capped says so)."""
+    started by time_limit seconds are not run (time_capped says so).
+    """
     if warmup:
         run(endpoint, lambda c, i: op(c, -1 - i), warmup, concurrency,
             time_limit)

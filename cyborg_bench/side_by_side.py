@@ -118,7 +118,8 @@ def ensure_ref_venv():
 def uwsgi(name, workdir, venv, module, workers, env=None, pythonpath=None,
           pyargv=None):
     """uWSGI serving `module` from `venv` on a free loopback port; the same
-    options for every app. Returns (Proc, url)."""
+    options for every app. Returns (Proc, url).
+    """
     port = net.free_port()
     cmd = [os.path.join(REF_VENV, 'bin', 'uwsgi'),
            '--http-socket', '127.0.0.1:%d' % port,
@@ -159,7 +160,8 @@ def wait_http(proc, url, timeout):
 
 class PlacementStub:
     """GET / → a Placement version document; the reference conductor's
-    SDK adapter asks for it once at start-up."""
+    SDK adapter asks for it once at start-up.
+    """
 
     DOC = {'versions': [{
         'id': 'v1.0', 'status': 'CURRENT', 'min_version': '1.0',
@@ -394,7 +396,8 @@ def run_all(args, p, workdir):
 
 def bench_aio(args, p, workdir):
     """Bind and boot with bind on cyborg-aio (fake FPGA host, 16 cards x
-    8 functions = 128 attach handles), its [nova] at the bench's receiver."""
+    8 functions = 128 attach handles), its [nova] at the bench's receiver.
+    """
     d = os.path.join(workdir, 'aio')
     os.makedirs(d)
     spec = os.path.join(d, 'host.yaml')
@@ -427,7 +430,8 @@ def _index(doc):
 
 def compare(mine_doc, ref_doc, floor=None):
     """Rows pairing each of our one-client results with the reference's
-    (same workload, rows, concurrency); ratio = ours / reference."""
+    (same workload, rows, concurrency); ratio = ours / reference.
+    """
     ours = _index(mine_doc)
     ref = _index(ref_doc) if ref_doc else {}
     ref_not_run = {r['workload']: r['not_run']
@@ -478,7 +482,8 @@ def compare(mine_doc, ref_doc, floor=None):
 
 def ratios(runs):
     """The side-by-side rows: one client, ours vs reference, plus bind and
-    the bound boot flow on cyborg-aio (the reference: not run)."""
+    the bound boot flow on cyborg-aio (the reference: not run).
+    """
     floor = _index(runs['floor']).get(('noop', None, 1))
     rows = compare(runs['ours'], runs.get('reference'), floor)
     ref_not_run = {r['workload']: r['not_run']

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Latency summaries of client-side samples (nearest-rank percentiles,
-cyborg_harness.stats), and their figures in Markdown tables."""
+cyborg_harness.stats), and their figures in Markdown tables.
+"""
 
 from cyborg_harness import stats
 

@@ -82,7 +82,8 @@ class Context:
 
     def bind_targets(self):
         """[(hostname, rp_uuid)] of every deployable with attach handles,
-        one entry per handle, from the deployables and devices APIs."""
+        one entry per handle, from the deployables and devices APIs.
+        """
         if self._bind_targets is None:
             devices = self.admin.call('GET', '/v2/devices')['devices']
             hosts = {d['hostname'] for d in devices}
@@ -104,7 +105,8 @@ class Context:
 
 def _created_uuid(body):
     """The uuid a POST /v2/device_profiles answered with (an object, or
-    a one-element list/collection, depending on the implementation)."""
+    a one-element list/collection, depending on the implementation).
+    """
     if isinstance(body, dict) and 'device_profiles' in body:
         body = body['device_profiles']
     if isinstance(body, list):
@@ -114,7 +116,8 @@ def _created_uuid(body):
 
 def noop(ctx):
     """GET / of the endpoint: for cyborg.wsgi.floor the web stack alone;
-    for an API its version document."""
+    for an API its version document.
+    """
     def op(cl, i):
         cl.call('GET', '/')
     return ctx.levels('noop', op)
@@ -179,7 +182,8 @@ def dp_list(ctx):
 
 def _resize_profiles(ctx, have, want):
     """Create or delete profiles so `have` becomes `want` long, sparing
-    the ARQ profile and, while others remain, dp-create's."""
+    the ARQ profile and, while others remain, dp-create's.
+    """
     for i in range(len(have), want):
         ctx.admin.call('POST', '/v2/device_profiles', [{
             'name': 'bench-list-%s-%d' % (ctx.run_id, next(ctx.serial)),
@@ -214,7 +218,8 @@ def arq_create(ctx):
 
 def _seeded_sizes(ctx):
     """Yield (size, instances) as the ARQ table is grown through the
-    --sizes, by cloning an ARQ the API created."""
+    --sizes, by cloning an ARQ the API created.
+    """
     if ctx.seeder is None:
         raise NotRun('needs --seed-db to fill the ARQ table')
     body = ctx.admin.call('POST', '/v2/accelerator_requests',
@@ -233,7 +238,8 @@ def _seeded_sizes(ctx):
 
 def lookup_and_list(ctx, names):
     """`lookup` (GET ?instance=) and `arq-list` (GET, every ARQ) at each
-    table size; one fill serves both."""
+    table size; one fill serves both.
+    """
     results = []
     rng = random.Random(7)
     for size, instances in _seeded_sizes(ctx):
@@ -276,7 +282,8 @@ def boot(ctx, bind_only=False):
     """Nova's boot flow per operation: create the instance's ARQs, bind
     them (PATCH) and wait for accelerator-request-bound when a bind target
     and event receiver are given, get them by instance, delete them by
-    instance. Without bind: create, get by uuid, delete by uuid."""
+    instance. Without bind: create, get by uuid, delete by uuid.
+    """
     name = ctx.arq_profile()
     can_bind = ctx.receiver is not None
     if not can_bind:

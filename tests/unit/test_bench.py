@@ -1,6 +1,7 @@
 """cyborg-bench: the load generator against our API served in this
 process (the shape of its JSON, wrong answers counted as errors), the
-subcommands' arguments and the pieces they share. Nothing is timed."""
+subcommands' arguments and the pieces they share. Nothing is timed.
+"""
 
 import json
 import socketserver
@@ -11,8 +12,8 @@ import pytest
 
 from cyborg.api import app
 from cyborg.conf import CONF
-from cyborg.wsgi import floor
 from cyborg.drivers import fake
+from cyborg.wsgi import floor
 from cyborg_bench import cli
 from cyborg_bench import client
 from cyborg_bench import hostspec
