@@ -652,6 +652,10 @@ def add_arguments(parser):
                              'idle (all threads: a wall-clock view), gil '
                              '(only the thread holding the GIL: where the '
                              'CPU goes)')
+    parser.add_argument('--aio-exe', metavar='COMMAND',
+                        help="run this instead of the venv's cyborg-aio "
+                             '(same flags appended; for A/B tests of a '
+                             'change)')
     parser.add_argument('--deployment', choices=('aio', 'distributed'),
                         default='aio',
                         help='aio: one cyborg-aio process (default); '
@@ -697,9 +701,10 @@ def run(args):
                 workdir, database=args.db, host_spec=spec,
                 nova_url=receiver.url, api_workers=args.api_workers))
         else:
-            aio = Aio(harness_aio.Aio(workdir, host_spec=spec,
-                                      nova_endpoint=receiver.url,
-                                      debug=args.debug))
+            aio = Aio(harness_aio.Aio(
+                workdir, host_spec=spec, nova_endpoint=receiver.url,
+                debug=args.debug,
+                cmd=args.aio_exe.split() if args.aio_exe else None))
         log('%s ready: %s, %.1fs after start'
             % (args.deployment, aio.api_url, time.perf_counter() - started))
 

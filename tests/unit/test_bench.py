@@ -140,7 +140,6 @@ def test_every_subcommand_parses_its_arguments(argv):
 @pytest.mark.parametrize('argv', [
     ['bind', '--experiment', 'fake-notify'],   # removed experiments
     ['nvidia', '--gc-freeze'],
-    ['bind', '--aio-exe', 'cyborg-aio'],
     ['--url', 'http://127.0.0.1:1'],           # a subcommand is needed
 ])
 def test_removed_options_are_refused(argv, capsys):
