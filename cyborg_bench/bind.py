@@ -447,38 +447,40 @@ class FloorServer:
     cheroot (10 threads) for aio, gunicorn sync workers for distributed.
     """
 
-    def __init__(self, kind, workers):
-        bindir = os.path.dirname(sys.executable)
+    def __init__(self, kind, workers, workdir, timeout=30):
         if kind == 'distributed':
             self.port = net.free_port()
-            cmd = [os.path.join(bindir, 'gunicorn'), '--workers',
-                   str(workers), '--bind', '127.0.0.1:%d' % self.port,
-                   '--log-level', 'warning', 'cyborg.wsgi.floor:application']
-            self.proc = subprocess.Popen(cmd, start_new_session=True,
-                                         stdout=subprocess.DEVNULL)
-            deadline = time.monotonic() + 30
-            while not net.reachable(net.LOOPBACK, self.port):
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    self.stop()
-                    raise RuntimeError('gunicorn (floor) did not start')
-                time.sleep(0.1)
+            self.proc = processes.Process(
+                'floor', [processes.script('gunicorn'), '--workers',
+                          str(workers), '--bind',
+                          '%s:%d' % (net.LOOPBACK, self.port),
+                          '--log-level', 'warning',
+                          'cyborg.wsgi.floor:application'], workdir)
+            ready = (lambda: net.reachable(net.LOOPBACK, self.port))
         else:
-            self.proc = subprocess.Popen(
-                [sys.executable, '-m', 'cyborg_bench.floor'],
-                stdout=subprocess.PIPE, text=True, start_new_session=True)
-            self.port = int(self.proc.stdout.readline())
+            self.proc = processes.Process(
+                'floor', [sys.executable, '-m', 'cyborg_bench.floor'],
+                workdir, stdout_lines=True)
+            ready = (lambda: self.proc.stdout)
+        try:
+            self.proc.wait_for(ready, 'the floor listening', timeout)
+        except BaseException:
+            self.stop()
+            raise
+        if kind != 'distributed':
+            self.port = int(self.proc.stdout[0])
 
     def stop(self):
-        processes.stop_group(self.proc)
+        self.proc.stop()
 
 
-def measure_floor(kind, workers, plan, request_timeout):
+def measure_floor(kind, workers, plan, request_timeout, workdir):
     """PATCH latency of the bare web server: C threads, each with its own
     keep-alive connection, send Nova's bind body at once, `rounds` times
     per concurrency, like the measured rounds. No service can answer
     faster than this on the same machine with the same client.
     """
-    server = FloorServer(kind, workers)
+    server = FloorServer(kind, workers, workdir)
     try:
         results = {}
         for c, rounds in plan.items():
@@ -785,7 +787,7 @@ def run(args):
         if args.floor:
             meta['floor'] = {str(c): v for c, v in measure_floor(
                 args.deployment, args.api_workers, plan,
-                args.request_timeout).items()}
+                args.request_timeout, workdir).items()}
             log('floor measured')
         meta['loadavg_end'] = machine.loadavg()
         meta['event_versions'] = sorted(

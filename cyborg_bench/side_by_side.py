@@ -134,28 +134,26 @@ def uwsgi(name, workdir, venv, module, workers, env=None, pythonpath=None,
     if pyargv:
         cmd += ['--pyargv', pyargv]
     proc = processes.Process(name, cmd, workdir, cwd=workdir)
-    url = 'http://127.0.0.1:%d' % port
-    wait_http(proc, url + '/', timeout=90)
+    url = net.url(port)
+    try:
+        proc.wait_for(lambda: _answers(url + '/'), 'an answer', 90)
+    except BaseException:
+        proc.stop()
+        raise
     return proc, url
 
 
-def wait_http(proc, url, timeout):
+def _answers(url):
+    """True once `url` answers at all (any status)."""
     import urllib.error
     import urllib.request
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not proc.alive():
-            raise RuntimeError('%s exited:\n%s'
-                               % (proc.name, proc.log_tail(60)))
-        try:
-            urllib.request.urlopen(url, timeout=5).read()
-            return
-        except urllib.error.HTTPError:
-            return  # it answers
-        except OSError:
-            time.sleep(0.3)
-    raise RuntimeError('%s did not answer in %ds:\n%s'
-                       % (proc.name, timeout, proc.log_tail(60)))
+    try:
+        urllib.request.urlopen(url, timeout=5).read()
+    except urllib.error.HTTPError:
+        pass  # it answers
+    except OSError:
+        return False
+    return True
 
 
 class PlacementStub:
