@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cyborg-bench: the load generator against our API served in this
 process (the shape of its JSON, wrong answers counted as errors), the
 subcommands' arguments and the pieces they share. Nothing is timed.
@@ -14,11 +15,13 @@ from cyborg.api import app
 from cyborg.conf import CONF
 from cyborg.drivers import fake
 from cyborg.wsgi import floor
+from cyborg_bench import agent_scale
 from cyborg_bench import cli
 from cyborg_bench import client
 from cyborg_bench import hostspec
 from cyborg_bench import load
 from cyborg_bench import side_by_side
+from cyborg_bench import soak
 from cyborg_bench import stats
 
 
@@ -229,3 +232,34 @@ def test_dp_list_trims_a_paged_table_to_size(api, tmp_path):
     assert [(r['workload'], r['ok'], r['errors'])
             for r in doc['results']] == [('dp-create', 7, 0),
                                          ('dp-list', 7, 0)]
+
+
+def test_bind_rounds_are_concurrency_colon_rounds():
+    args = cli.parser().parse_args(['bind', '--rounds', '1:5,10:2'])
+    assert args.rounds == {1: 5, 10: 2}
+    with pytest.raises(SystemExit) as e:
+        cli.parser().parse_args(['bind', '--rounds', '10'])
+    assert e.value.code == 2
+
+
+def test_agent_scale_counts_placement_calls_per_endpoint():
+    rp = '0b9e3cf0-64c5-4c4f-a2b0-50a5a0a7a7e1'
+    assert agent_scale.endpoint(
+        'PUT', '/resource_providers/%s/traits' % rp) == (
+        'PUT /resource_providers/{uuid}/traits')
+    assert agent_scale.endpoint('PUT', '/traits/CUSTOM_X') == (
+        'PUT /traits/{name}')
+    assert agent_scale.endpoint(
+        'GET', '/resource_providers?required=X&in_tree=%s' % rp) == (
+        'GET /resource_providers?in_tree&required')
+
+
+def test_soak_reports_growth_past_its_thresholds():
+    first = {'rss_mib': 100.0, 'fds': 20, 'sockets': 8, 'db_files': 10,
+             'threads': 40}
+    assert soak.growth(first, dict(first, rss_mib=120.0, fds=28,
+                                   threads=44)) == []
+    broken = soak.growth(first, dict(first, rss_mib=126.1, sockets=17,
+                                     threads=45))
+    assert broken == ['rss 126.1 > 126.0 MiB', 'sockets 17 > 16',
+                      'threads 45 > 44']
