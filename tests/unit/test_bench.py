@@ -254,6 +254,21 @@ def test_agent_scale_counts_placement_calls_per_endpoint():
         'GET /resource_providers?in_tree&required')
 
 
+def test_agent_scale_times_discovery_and_keeps_the_driver(tmp_path):
+    spec = tmp_path / 'gpus.yaml'
+    hostspec.write_gpus(str(spec), devices=2)
+    driver = fake.FakeDriver(str(spec))
+    timed = agent_scale.timed_driver(driver)
+    assert timed.untimed is driver
+    assert timed.name == driver.name
+    agent_scale._TASK.rec = {}
+    try:
+        assert len(timed.discover()) == 2
+        assert agent_scale._TASK.rec['discover'] > 0
+    finally:
+        del agent_scale._TASK.rec
+
+
 def test_soak_reports_growth_past_its_thresholds():
     first = {'rss_mib': 100.0, 'fds': 20, 'sockets': 8, 'db_files': 10,
              'threads': 40}
