@@ -19,7 +19,8 @@ def _read(path):
 def _docs():
     return ['README.md', 'CONTRIBUTING.rst'] + sorted(
         os.path.relpath(p, ROOT)
-        for p in glob.glob(os.path.join(ROOT, 'docs', '*.md')))
+        for p in glob.glob(os.path.join(ROOT, 'docs', '**', '*.md'),
+                           recursive=True))
 
 
 def test_no_paths_of_a_particular_machine():
@@ -40,3 +41,13 @@ def test_readme_microversions_are_the_servers():
     readme = ' '.join(_read('README.md').split())
     assert 'the server advertises %d.%d–%d.%d' % (
         microversion.MIN_VERSION + microversion.MAX_VERSION) in readme
+
+
+def test_relative_links_resolve():
+    for path in _docs():
+        for target in re.findall(r'\]\(([^)\s]+)\)', _read(path)):
+            if re.match(r'[a-z]+:|#', target):
+                continue
+            linked = os.path.join(ROOT, os.path.dirname(path),
+                                  target.split('#')[0])
+            assert os.path.exists(linked), '%s: %s' % (path, target)
