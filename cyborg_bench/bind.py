@@ -60,6 +60,7 @@ import json
 import math
 import os
 import random
+import shlex
 import shutil
 import signal
 import subprocess
@@ -679,6 +680,18 @@ def add_arguments(parser):
                         help='run cyborg-aio with --debug')
 
 
+def aio_command(text):
+    """--aio-exe as an argv (None: the venv's cyborg-aio). A relative
+    path is made absolute: cyborg-aio runs in its work directory.
+    """
+    if not text:
+        return None
+    argv = shlex.split(text)
+    if os.sep in argv[0]:
+        argv[0] = os.path.abspath(argv[0])
+    return argv
+
+
 def run(args):
     parser = args.parser
     plan = args.rounds or ROUNDS['quick' if args.quick else 'full']
@@ -706,7 +719,7 @@ def run(args):
             aio = Aio(harness_aio.Aio(
                 workdir, host_spec=spec, nova_endpoint=receiver.url,
                 debug=args.debug,
-                cmd=args.aio_exe.split() if args.aio_exe else None))
+                cmd=aio_command(args.aio_exe)))
         log('%s ready: %s, %.1fs after start'
             % (args.deployment, aio.api_url, time.perf_counter() - started))
 

@@ -16,6 +16,7 @@ from cyborg.conf import CONF
 from cyborg.drivers import fake
 from cyborg.wsgi import floor
 from cyborg_bench import agent_scale
+from cyborg_bench import bind
 from cyborg_bench import cli
 from cyborg_bench import client
 from cyborg_bench import hostspec
@@ -240,6 +241,15 @@ def test_bind_rounds_are_concurrency_colon_rounds():
     with pytest.raises(SystemExit) as e:
         cli.parser().parse_args(['bind', '--rounds', '10'])
     assert e.value.code == 2
+
+
+def test_bind_aio_exe_is_an_argv_with_an_absolute_program(monkeypatch):
+    monkeypatch.chdir('/tmp')
+    assert bind.aio_command(None) is None
+    assert bind.aio_command('old/bin/cyborg-aio --debug') == [
+        '/tmp/old/bin/cyborg-aio', '--debug']
+    assert bind.aio_command("python -m 'cyborg_aio'") == [
+        'python', '-m', 'cyborg_aio']
 
 
 def test_agent_scale_counts_placement_calls_per_endpoint():
