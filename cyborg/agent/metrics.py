@@ -3,7 +3,7 @@ and metrics_port (0: off).
 
 Everything is read at scrape time: the devices of the last report pass
 (`agent.last_devices`), what bindings hold (`agent.last_in_use`), and, for
-drivers with a `telemetry(address)` method, live readings (memory,
+drivers whose `telemetry(address)` hook answers, live readings (memory,
 utilisation, temperature, power, ECC, MIG instances and the processes NVML
 attributes to them). The registry is our own, never prometheus_client's
 global one, so nothing else in the process leaks into the scrape.
@@ -141,13 +141,12 @@ def _arq_by_instance(handles):
 
 
 def _xid_counts(driver, address, uuid):
-    """{xid: count} from the driver's health monitor, if it has one:
-    `driver.health.xid_counts()` → {GPU uuid (or address): {xid: count}}."""
-    counts = getattr(getattr(driver, 'health', None), 'xid_counts', None)
-    if counts is None:
+    """{xid: count} from the driver's health monitor (Driver.health), if it
+    has one: `xid_counts()` → {GPU uuid (or address): {xid: count}}."""
+    if driver is None or driver.health is None:
         return {}
     try:
-        all_counts = counts() or {}
+        all_counts = driver.health.xid_counts() or {}
     except Exception as e:
         LOG.debug('XID counts unavailable: %s', e)
         return {}
@@ -272,8 +271,7 @@ class AgentCollector:
         for xid, count in sorted(_xid_counts(driver, address, uuid).items(),
                                  key=lambda kv: str(kv[0])):
             f.xid.add_metric(labels + [str(xid)], count)
-        telemetry = getattr(driver, 'telemetry', None)
-        data = telemetry(address) if telemetry is not None else None
+        data = driver.telemetry(address) if driver is not None else None
         if not data:
             return
         _put(f.memory_used, labels, data.get('memory_used'))

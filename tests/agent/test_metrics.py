@@ -15,6 +15,7 @@ import pytest
 
 from cyborg.agent import metrics
 from cyborg.conf import CONF
+from cyborg.drivers import base
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import driver as nvidia
 from cyborg.objects import device as records
@@ -266,8 +267,11 @@ def test_xid_counts_from_the_driver_health_monitor():
         def xid_counts(self):       # {GPU uuid: {xid: count}}
             return {'GPU-stub': {79: 1, 48: 3}, 'GPU-other': {13: 9}}
 
-    class Driver:
+    class Driver(base.Driver):
         name = 'stub'
+
+        def discover(self):
+            return []
         health = Health()
 
     device = records.Device(
@@ -323,8 +327,11 @@ def test_dashboard_uses_only_exported_metrics():
         def xid_counts(self):
             return {'0000:01:00.0': {79: 1}}
 
-    class Driver:
+    class Driver(base.Driver):
         name = 'stub'
+
+        def discover(self):
+            return []
         health = Health()
 
         def telemetry(self, address):
