@@ -16,6 +16,8 @@ What they are built from:
   rabbit       – a broker and a virtual host of our own on it
   nova         – Nova's events API (nova_cyborg_client's) recording
                  every event it is sent
+  keystone     – a real Keystone (the keystone package) on loopback, with
+                 the secure-RBAC personas and a catalog
 
 Helpers, once each:
   net          – free ports, reachability

@@ -37,6 +37,16 @@ def pytest_make_parametrize_id(config, val, argname):
     return None
 
 
+_KEYSTONE_STARTS = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    for seconds in _KEYSTONE_STARTS:
+        terminalreporter.write_line(
+            'real Keystone: db_sync, keys, bootstrap, server and personas '
+            'in %.1f s' % seconds)
+
+
 def pytest_sessionfinish(session, exitstatus):
     dbs.drop_shared()
 
@@ -70,3 +80,22 @@ def placement_service(tmp_path_factory):
         str(tmp_path_factory.mktemp('placement')))
     yield service
     service.stop()
+
+
+@pytest.fixture(scope='session')
+def real_keystone(tmp_path_factory):
+    """One real Keystone per test session (cyborg_harness.keystone), for
+    the tests that need tokens, a catalog and roles from the real thing.
+    Skipped where the keystone package is not installed, unless CI asks
+    for every service (CYBORG_TEST_REQUIRE_DBS=1)."""
+    from cyborg_harness import keystone
+    if not keystone.available():
+        message = ('the keystone package is not installed '
+                   "(pip install -e '.[test]')")
+        if dbs.required():
+            pytest.fail(message)
+        pytest.skip(message)
+    server = keystone.Keystone(tmp_path_factory.mktemp('keystone')).start()
+    _KEYSTONE_STARTS.append(server.start_seconds)
+    yield server
+    server.stop()
