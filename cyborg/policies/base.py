@@ -1,5 +1,13 @@
 """Building blocks the per-resource defaults are made of.
 
+OpenStack's secure-RBAC personas, as Nova and Placement define them:
+project reader, project member, admin, and the service role of another
+service (Nova) on its token or on the service token it sends with the
+user's. Every operation is for project-scoped tokens (`scope_types =
+['project']`, which oslo.policy enforces: a system-scoped token is
+refused), and there are no deprecated rules to fall back to, so
+`[oslo_policy] enforce_new_defaults` (true by default) changes nothing.
+
 The target of a check is the caller's own project (as in Cyborg), so
 `project_id:%(project_id)s` asks only that the token be project-scoped.
 Ownership is enforced below the policy: every ARQ query is scoped to the
@@ -36,12 +44,16 @@ rules = [
 ]
 
 
+# The token scope every operation is for.
+SCOPE_TYPES = ['project']
+
+
 def operations(resource, specs):
     """DocumentedRuleDefaults for `cyborg:<resource>:<action>`."""
     return [
         policy.DocumentedRuleDefault(
             name='cyborg:%s:%s' % (resource, action), check_str=check,
-            description=desc,
+            description=desc, scope_types=SCOPE_TYPES,
             operations=[{'method': m, 'path': p} for m, p in ops])
         for action, check, desc, ops in specs
     ]

@@ -1,15 +1,16 @@
 """Who may do what, with real tokens: keystonemiddleware validating them
-against a fake Keystone on loopback, the policy defaults, the project
-scoping of ARQs.
+against a real Keystone on loopback (cyborg_harness.keystone), the policy
+defaults (OpenStack's secure-RBAC personas), the project scoping of ARQs.
 
 The matrix has a row for every operation of docs/openapi.yaml (a new
 operation without a row fails `test_every_documented_operation_has_a_row`)
-and a column for every kind of caller:
+and a column for every kind of caller (tests/security/conftest.py's
+`callers`):
 
   anonymous   no token                      bad_token  an unknown token
-  admin       admin of admin-project        service    Nova's own token
+  admin       admin of the admin project    system_admin  the same, system
   member_a    member of project A           reader_a   reader of project A
-  member_b    member of project B
+  member_b    member of project B           service    Nova's own token
   nova_a/b    member A/B's token with Nova's service token (how Nova calls)
 
 Project A owns the seeded ARQs: a Bound and a BindFailed one of one
@@ -25,7 +26,7 @@ import webob
 from cyborg.db import api as db_api
 from cyborg.db import models
 from tests.functional import seed
-from tests.security import fake_keystone as ks
+from tests.security import fake_keystone
 from tests.unit import test_openapi
 
 A_UNBOUND = '0aa00000-0000-4000-8000-0000000000a1'
@@ -33,27 +34,18 @@ MISSING = '0aa00000-0000-4000-8000-00000000dead'
 NEW_INSTANCE = '01000000-0000-4000-8000-0000000000a2'
 VERSION = {'OpenStack-API-Version': 'accelerator 2.4'}
 
-CALLERS = {
-    'anonymous': {},
-    'bad_token': {'X-Auth-Token': 'tok-unknown-0000'},
-    'admin': {'X-Auth-Token': ks.ADMIN.token},
-    'member_a': {'X-Auth-Token': ks.MEMBER_A.token},
-    'reader_a': {'X-Auth-Token': ks.READER_A.token},
-    'member_b': {'X-Auth-Token': ks.MEMBER_B.token},
-    'service': {'X-Auth-Token': ks.SERVICE.token},
-    'nova_a': {'X-Auth-Token': ks.MEMBER_A.token,
-               'X-Service-Token': ks.SERVICE.token},
-    'nova_b': {'X-Auth-Token': ks.MEMBER_B.token,
-               'X-Service-Token': ks.SERVICE.token},
-}
+CALLERS = ('anonymous', 'bad_token', 'admin', 'system_admin', 'member_a',
+           'reader_a', 'member_b', 'service', 'nova_a', 'nova_b')
 AUTHENTICATED = [c for c in CALLERS if c not in ('anonymous', 'bad_token')]
 
 
 def expect(default=403, **statuses):
-    """401 without a valid token; `default` for every other caller unless
-    named."""
+    """401 without a valid token; 403 for a system-scoped token (every
+    rule is for project-scoped tokens); `default` for every other caller
+    unless named."""
     out = {'anonymous': 401, 'bad_token': 401}
     out.update({c: default for c in AUTHENTICATED})
+    out['system_admin'] = 403
     out.update(statuses)
     return out
 
@@ -209,35 +201,48 @@ def test_every_row_has_every_caller():
             assert set(statuses) == set(CALLERS), name
 
 
-def _seed():
+def _seed(project_a):
+    """The gabbi inventory, its ARQs moved into project A (Keystone makes
+    up project ids), and one unbound ARQ of A."""
     seed.inventory()
+    arqs = models.ExtendedAcceleratorRequest.__table__
     with db_api.writer() as session:
+        session.execute(arqs.update().where(
+            arqs.c.project_id == seed.BOUND_PROJECT).values(
+                project_id=project_a))
         profile = session.execute(sa.select(
             models.DeviceProfile.__table__.c.id)).scalar()
         session.execute(models.ExtendedAcceleratorRequest.__table__.insert()
                         .values(uuid=A_UNBOUND, state='Initial',
                                 device_profile_id=profile,
                                 device_profile_group_id=0,
-                                project_id=ks.PROJECT_A))
+                                project_id=project_a))
+
+
+@pytest.fixture(scope='session')
+def projects(real_keystone):
+    return {'a': real_keystone.project_id('member_a'),
+            'b': real_keystone.project_id('member_b')}
 
 
 @pytest.fixture
-def api(keystone_api):
-    _seed()
-    return keystone_api
+def api(real_keystone_api, projects):
+    _seed(projects['a'])
+    return real_keystone_api
 
 
 @pytest.fixture
-def reseed(sqlite_database):
+def reseed(sqlite_database, projects):
     def reseed():
         sqlite_database.truncate()
-        _seed()
+        _seed(projects['a'])
     return reseed
 
 
-def call(app, caller, method, path, body=None):
+def call(app, headers, method, path, body=None):
+    """One request with `headers` (a caller's, from `callers`)."""
     request = webob.Request.blank(path, method=method,
-                                  headers=dict(VERSION, **CALLERS[caller]))
+                                  headers=dict(VERSION, **headers))
     if body is not None:
         request.body = json.dumps(body).encode()
         request.content_type = 'application/json'
@@ -250,12 +255,12 @@ def _fault(response):
 
 @pytest.mark.parametrize('method,path,body,statuses',
                          [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_matrix(api, reseed, method, path, body, statuses):
+def test_matrix(api, reseed, callers, method, path, body, statuses):
     """Each caller in turn; the database is seeded afresh after any
     request that may have changed it."""
     wrong = []
     for caller, status in statuses.items():
-        response = call(api, caller, method, path, body)
+        response = call(api, callers[caller], method, path, body)
         got = response.status_int
         if got != status:
             wrong.append('%s: %d, not %d: %s'
@@ -286,11 +291,12 @@ _PROBES = [
 @pytest.mark.parametrize('method,path,body', _PROBES)
 @pytest.mark.parametrize('target', [seed.BOUND_ARQ, A_UNBOUND])
 def test_another_projects_arq_answers_as_a_missing_one(
-        api, caller, method, path, body, target):
+        api, callers, caller, method, path, body, target):
     def probe(uuid):
         data = {'bind': _bind(uuid), 'unbind': {uuid: [
             {'op': 'remove', 'path': '/hostname'}]}, None: None}[body]
-        response = call(api, caller, method, path.format(uuid), data)
+        response = call(api, callers[caller], method, path.format(uuid),
+                        data)
         text = response.text.replace(uuid, '<uuid>')
         return response.status_int, text
 
@@ -311,15 +317,15 @@ A_ARQS = sorted([seed.BOUND_ARQ, seed.FAILED_ARQ, A_UNBOUND])
     '', '?instance=' + seed.BOUND_INSTANCE,
     '?instance=%s&bind_state=resolved' % seed.BOUND_INSTANCE,
     '?limit=1', '?marker=' + seed.BOUND_ARQ])
-def test_lists_show_only_the_callers_project(api, query):
-    created = call(api, 'member_b', 'POST', _ARQS,
+def test_lists_show_only_the_callers_project(api, callers, projects, query):
+    created = call(api, callers['member_b'], 'POST', _ARQS,
                    {'device_profile_name': 'seeded-gpu',
-                    'project_id': ks.PROJECT_A})
+                    'project_id': projects['a']})
     assert created.status_int == 201
     b_arq = created.json['arqs'][0]
     # The project comes from the token, never from the body.
-    assert b_arq['project_id'] == ks.PROJECT_B
-    seen = {caller: call(api, caller, 'GET', _ARQS + query)
+    assert b_arq['project_id'] == projects['b']
+    seen = {caller: call(api, callers[caller], 'GET', _ARQS + query)
             for caller in ('admin', 'member_a', 'reader_a', 'member_b',
                            'nova_a', 'service')}
     for caller in ('member_a', 'reader_a', 'nova_a'):
@@ -341,7 +347,7 @@ def _arq_rows():
 
 
 @pytest.mark.parametrize('caller', ['member_b', 'nova_b', 'service'])
-def test_other_projects_change_nothing_of_a(api, caller):
+def test_other_projects_change_nothing_of_a(api, callers, caller):
     """Every write B (or Nova for B) can aim at A's ARQs leaves them as
     they were, whatever it answers."""
     before = _arq_rows()
@@ -352,48 +358,50 @@ def test_other_projects_change_nothing_of_a(api, caller):
             ('PATCH', _ARQS, _bind(A_UNBOUND)),
             ('PATCH', _ARQS, {seed.BOUND_ARQ: [
                 {'op': 'remove', 'path': '/hostname'}]})]:
-        assert call(api, caller, method, path, body).status_int < 500
+        assert call(api, callers[caller], method, path,
+                    body).status_int < 500
     assert _arq_rows() == before
 
 
 # --- the service role --------------------------------------------------------
 
-def test_a_service_token_without_the_service_role_is_refused(api):
+def test_a_service_token_without_the_service_role_is_refused(api, callers):
     """Nova's service token must carry the service role (keystone
     middleware's service_token_roles_required, as Cyborg sets it)."""
-    headers = {'X-Auth-Token': ks.MEMBER_A.token,
-               'X-Service-Token': ks.MEMBER_B.token}
-    request = webob.Request.blank(_ARQS, method='PATCH',
-                                  headers=dict(VERSION, **headers))
-    request.body = json.dumps(_bind(A_UNBOUND)).encode()
-    request.content_type = 'application/json'
     before = _arq_rows()
-    assert request.get_response(api).status_int == 401
+    response = call(api, callers['not_a_service_a'], 'PATCH', _ARQS,
+                    _bind(A_UNBOUND))
+    assert response.status_int == 401
     assert _arq_rows() == before
 
 
-def test_setting_the_project_in_a_bind_is_for_admins_only(api):
+def test_setting_the_project_in_a_bind_is_for_admins_only(api, callers,
+                                                          projects):
     body = _bind(A_UNBOUND)
     body[A_UNBOUND].append({'op': 'add', 'path': '/project_id',
-                            'value': ks.PROJECT_B})
-    response = call(api, 'nova_a', 'PATCH', _ARQS, body)
+                            'value': projects['b']})
+    response = call(api, callers['nova_a'], 'PATCH', _ARQS, body)
     assert response.status_int == 403
     assert 'cyborg:arq:update_project_id' in _fault(response)
 
 
-def test_bind_message_names_the_compute_api(api):
-    response = call(api, 'member_a', 'PATCH', _ARQS, _bind(A_UNBOUND))
+def test_bind_message_names_the_compute_api(api, callers):
+    response = call(api, callers['member_a'], 'PATCH', _ARQS,
+                    _bind(A_UNBOUND))
     assert response.status_int == 403
     assert 'service token' in _fault(response)
 
 
-def test_oversized_bodies_are_refused_before_token_validation(api, keystone):
+def test_oversized_bodies_are_refused_before_token_validation(
+        keystone_api, keystone):
     """The size limit sits outside keystonemiddleware: a huge body costs
-    no call to Keystone, with a token or without."""
+    no call to Keystone, with a token or without (the fake Keystone, which
+    counts the validations it answers)."""
     validated = len(keystone.validations())
-    for caller in ('anonymous', 'bad_token', 'member_a'):
+    for headers in ({}, {'X-Auth-Token': 'tok-unknown-0000'},
+                    {'X-Auth-Token': fake_keystone.MEMBER_A.token}):
         request = webob.Request.blank(_ARQS, method='POST', headers=dict(
-            VERSION, **CALLERS[caller]))
+            VERSION, **headers))
         request.environ['CONTENT_LENGTH'] = str(64 * 1024 * 1024)
-        assert request.get_response(api).status_int == 413
+        assert request.get_response(keystone_api).status_int == 413
     assert len(keystone.validations()) == validated

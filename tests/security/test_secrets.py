@@ -13,7 +13,6 @@ import pytest
 from cyborg.api import app as api_app
 from cyborg.conf import CONF
 from tests.security import conftest
-from tests.security import fake_keystone as ks
 from tests.security import test_isolation
 
 DB_PASSWORD = 'db-pa55-Zq81'
@@ -46,10 +45,12 @@ SECRET_NAME = re.compile(
 
 
 @pytest.fixture
-def configured(tmp_path, keystone, sqlite_database):
+def configured(tmp_path, real_keystone, sqlite_database):
     """A cyborg.conf full of secrets (the SQLite database is what the app
-    really uses: the MariaDB URL is only there to be logged)."""
-    conftest.keystone_config(tmp_path, keystone, SECRETS_CONF + (
+    really uses: the MariaDB URL is only there to be logged), validating
+    tokens against the real Keystone."""
+    conftest.api_config(tmp_path, real_keystone.authtoken_config(),
+                        SECRETS_CONF + (
         '[keystone_authtoken]\nmemcache_secret_key = %s\n' % MEMCACHE_KEY))
     # What loading the [placement] and [nova] auth plugins registers.
     for group in ('placement', 'nova'):
@@ -63,9 +64,9 @@ def configured(tmp_path, keystone, sqlite_database):
     conftest.forget_auth_plugin_options()
 
 
-def _secrets():
+def _secrets(keystone):
     return [DB_PASSWORD, MQ_PASSWORD, PLACEMENT_PASSWORD, NOVA_PASSWORD,
-            MEMCACHE_KEY, ks.SERVICE_PASSWORD]
+            MEMCACHE_KEY] + list(keystone.passwords.values())
 
 
 def test_options_that_hold_secrets_are_marked_secret(configured):
@@ -78,19 +79,21 @@ def test_options_that_hold_secrets_are_marked_secret(configured):
     assert [name for name, secret in checked if not secret] == []
 
 
-def test_the_configuration_dump_masks_secrets(configured, caplog):
+def test_the_configuration_dump_masks_secrets(configured, real_keystone,
+                                              caplog):
     caplog.set_level(logging.DEBUG)
     CONF.log_opt_values(logging.getLogger('cyborg.test'), logging.DEBUG)
     dump = caplog.text
     assert 'database.connection' in dump and '****' in dump
-    for secret in _secrets():
+    for secret in _secrets(real_keystone):
         assert secret not in dump
 
 
-def test_requests_with_tokens_log_no_tokens(configured, keystone, caplog):
+def test_requests_with_tokens_log_no_tokens(configured, real_keystone,
+                                            callers, caplog):
     caplog.set_level(logging.DEBUG)
     app = configured
-    test_isolation._seed()
+    test_isolation._seed(real_keystone.project_id('member_a'))
     for caller in ('admin', 'member_a', 'nova_a', 'service', 'bad_token'):
         for method, path, body in [
                 ('GET', '/v2/accelerator_requests', None),
@@ -99,7 +102,8 @@ def test_requests_with_tokens_log_no_tokens(configured, keystone, caplog):
                  test_isolation._bind(test_isolation.A_UNBOUND)),
                 ('DELETE', '/v2/accelerator_requests?arqs='
                  + test_isolation.MISSING, None)]:
-            response = test_isolation.call(app, caller, method, path, body)
+            response = test_isolation.call(app, callers[caller], method,
+                                           path, body)
             assert response.status_int < 500
     logged = caplog.text
     # Something was logged at DEBUG (keystoneauth's requests to Keystone),
@@ -108,6 +112,7 @@ def test_requests_with_tokens_log_no_tokens(configured, keystone, caplog):
     # Valid tokens only: an unknown token comes back in Keystone's 404
     # ("Could not find token: <id>"), which keystonemiddleware logs at
     # INFO (see docs/security.md).
-    tokens = [i.token for i in ks.IDENTITIES] + [keystone.service_token]
-    for secret in tokens + _secrets():
+    tokens = [h[k] for c, h in callers.items() if c != 'bad_token'
+              for k in ('X-Auth-Token', 'X-Service-Token') if k in h]
+    for secret in tokens + _secrets(real_keystone):
         assert secret not in logged
