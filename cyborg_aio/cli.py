@@ -1,11 +1,13 @@
 """cyborg-aio: the whole service in one foreground process.
 
 Our API and the real Placement service on loopback, SQLite databases in a
-state directory, no Keystone. SIGINT/SIGTERM stop it; starting again with
-the same --state-dir keeps the data.
+state directory, no Keystone (or, with --keystone, a real one).
+SIGINT/SIGTERM stop it; starting again with the same --state-dir keeps the
+data.
 """
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -77,6 +79,31 @@ def _parser():
                         help='Optional cyborg.conf file(s); the state '
                              'directory, database and auth settings above '
                              'win over them. May be repeated.')
+    parser.add_argument('--auth-strategy', choices=('noauth', 'keystone'),
+                        default='noauth',
+                        help='noauth (default): no Keystone anywhere. '
+                             'keystone: the API, Placement and the Nova '
+                             'events API validate tokens with the Keystone '
+                             'of the config files\' [keystone_authtoken]; '
+                             'the conductor and the agent call Placement and '
+                             'Nova as the service user of [placement] and '
+                             '[nova]')
+    parser.add_argument('--keystone', action='store_true',
+                        help='Start a real Keystone too (the keystone '
+                             'package: pip install keystone), its state in '
+                             'STATE_DIR/keystone, and run behind it as with '
+                             '--auth-strategy keystone: the API, Placement '
+                             'and the events API are in its catalog, and '
+                             'STATE_DIR/clouds.yaml has a password-auth cloud '
+                             '"cyborg-aio" (an admin with the service role) '
+                             'and one per persona ("cyborg-aio-member_a", '
+                             '...): OS_CLIENT_CONFIG_FILE=STATE_DIR/'
+                             'clouds.yaml openstack --os-cloud cyborg-aio '
+                             'accelerator device list.')
+    parser.add_argument('--keystone-port', type=int, default=5000,
+                        help='Keystone\'s port on 127.0.0.1 with '
+                             '--keystone; 0 picks a free one (default: '
+                             '%(default)s).')
     parser.add_argument('--debug', action='store_true',
                         help='Log at DEBUG level.')
     return parser
@@ -99,8 +126,63 @@ def _start_demo(stack):
     ), kwargs=kwargs).start()
 
 
+CLOUD = 'cyborg-aio'
+# The persona of the `cyborg-aio` cloud: an admin with the service role,
+# allowed everything the clients do (binding is the service role's).
+CLOUD_PERSONA = 'operator'
+
+
+def _start_keystone(args):
+    """A real Keystone in STATE_DIR/keystone; the cyborg.conf lines for
+    running behind it come first among the config files (the user's may
+    override them)."""
+    from cyborg_aio import keystone
+
+    if not keystone.available():
+        raise OSError('--keystone needs the keystone package '
+                      '(pip install keystone)')
+    os.makedirs(args.state_dir, exist_ok=True)
+    server = keystone.Keystone(os.path.join(args.state_dir, 'keystone'),
+                               port=args.keystone_port).start()
+    path = os.path.join(args.state_dir, 'keystone-auth.conf')
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, 'w') as f:
+        f.write(server.cyborg_config())
+    args.config_file = [path] + args.config_file
+    args.auth_strategy = 'keystone'
+    return server
+
+
+def _publish(keystone, stack, state_dir):
+    """The stack's endpoints in Keystone's catalog, and clouds.yaml."""
+    keystone.set_endpoint('accelerator', stack.api_url)
+    keystone.set_endpoint('placement', stack.placement_url)
+    if stack.nova_receiver is not None:
+        keystone.set_endpoint('compute', stack.nova_url)
+    return keystone.clouds_yaml(os.path.join(state_dir, 'clouds.yaml'),
+                                prefix=CLOUD + '-',
+                                aliases={CLOUD: CLOUD_PERSONA})
+
+
 def main(argv=None):
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    args.state_dir = os.path.abspath(args.state_dir)
+    keystone = None
+    if args.keystone:
+        try:
+            keystone = _start_keystone(args)
+        except Exception as e:
+            print('cyborg-aio: cannot start keystone: %s' % e,
+                  file=sys.stderr)
+            return 1
+    try:
+        return _run(args, keystone)
+    finally:
+        if keystone is not None:
+            keystone.stop()
+
+
+def _run(args, keystone):
     oslo_args = ['--debug'] if args.debug else []
     for path in args.config_file:
         oslo_args += ['--config-file', path]
@@ -112,7 +194,8 @@ def main(argv=None):
                                    host_spec=args.host_spec, conf=CONF,
                                    nova_port=args.nova_port,
                                    nova_endpoint=args.nova_endpoint,
-                                   metrics_port=args.metrics_port)
+                                   metrics_port=args.metrics_port,
+                                   auth_strategy=args.auth_strategy)
 
     def _on_signal(signum, frame):
         stack.request_stop()
@@ -127,8 +210,15 @@ def main(argv=None):
         return 1
     service.settle_heap()
     try:
+        if keystone is not None:
+            clouds = _publish(keystone, stack, args.state_dir)
         print(ready_line(stack), flush=True)
-        if not args.no_demo and stack.nova_receiver is not None:
+        if keystone is not None:
+            print('cyborg-aio keystone: %s clouds.yaml: %s (cloud %s)'
+                  % (keystone.auth_url, clouds, CLOUD), flush=True)
+        # The demo calls the API without tokens: noauth only.
+        if not args.no_demo and stack.nova_receiver is not None \
+                and args.auth_strategy == 'noauth':
             _start_demo(stack)
         clean = stack.wait()
     finally:

@@ -4,7 +4,9 @@ a private ConfigOpts so its options never mix with ours.
 Placement keeps its own SQLite database in the state directory and creates
 or upgrades its schema on start (`sync_on_startup`). It authenticates with
 `noauth2`: a request must carry `X-Auth-Token: <user>[:<project>]`, and the
-user `admin` is an admin (cyborg.common.ksa.NoAuth2 sends that).
+user `admin` is an admin (cyborg.common.ksa.NoAuth2 sends that). Or, with
+auth_strategy `keystone`, behind keystonemiddleware configured by the
+[keystone_authtoken] section of the config files given (our own).
 """
 
 import os
@@ -13,7 +15,7 @@ from oslo_config import cfg
 import sqlalchemy as sa
 
 
-def build_conf(state_dir):
+def build_conf(state_dir, auth_strategy='noauth2', config_files=()):
     from placement import conf as placement_conf
 
     conf = cfg.ConfigOpts()
@@ -21,10 +23,14 @@ def build_conf(state_dir):
     conf.set_override('connection', 'sqlite:///%s' % os.path.join(
         state_dir, 'placement.sqlite'), group='placement_database')
     conf.set_override('sync_on_startup', True, group='placement_database')
-    conf.set_override('auth_strategy', 'noauth2', group='api')
+    conf.set_override('auth_strategy', auth_strategy, group='api')
     conf.set_override('state_path', state_dir)
-    # No config files: the embedded Placement never reads /etc/placement.
-    conf([], project='placement', default_config_files=[])
+    # Only the files given: the embedded Placement never reads
+    # /etc/placement. Options Placement does not know are ignored.
+    args = []
+    for path in config_files if auth_strategy == 'keystone' else ():
+        args += ['--config-file', path]
+    conf(args, project='placement', default_config_files=[])
     return conf
 
 

@@ -39,7 +39,12 @@ class EmbeddedStack:
 
     def __init__(self, state_dir, port=6666, placement_port=8778,
                  host_spec=None, conf=CONF, nova_port=8774,
-                 nova_endpoint=None, metrics_port=None):
+                 nova_endpoint=None, metrics_port=None,
+                 auth_strategy='noauth'):
+        if auth_strategy not in ('noauth', 'keystone'):
+            raise ValueError('auth_strategy: noauth or keystone, not %r'
+                             % auth_strategy)
+        self.auth_strategy = auth_strategy
         self.state_dir = os.path.abspath(state_dir)
         self.port = port
         self.placement_port = placement_port
@@ -64,7 +69,7 @@ class EmbeddedStack:
         os.makedirs(self.state_dir, exist_ok=True)
         conf = self.conf
         conf.set_override('state_path', self.state_dir)
-        conf.set_override('auth_strategy', 'noauth', group='api')
+        conf.set_override('auth_strategy', self.auth_strategy, group='api')
         conf.set_override('connection', 'sqlite:///%s' % os.path.join(
             self.state_dir, 'cyborg.sqlite'), group='database')
         if self.host_spec:
@@ -103,15 +108,24 @@ class EmbeddedStack:
         url = self.nova_endpoint
         if url is None:
             from nova_cyborg_client import events as nova_events
-            self.nova_receiver = nova_events.Receiver()
+            self.nova_receiver = nova_events.Receiver(
+                self.conf if self._keystone else None)
             url = self._start_server('nova-events', self.nova_receiver.app,
                                      self.nova_port).url
-        self.conf.set_override('auth_type', 'none', group='nova')
-        self.conf.set_override('endpoint_override', url, group='nova')
+        self._point_at('nova', url)
 
     def _point_at_placement(self, url):
-        self.conf.set_override('auth_type', 'none', group='placement')
-        self.conf.set_override('endpoint_override', url, group='placement')
+        self._point_at('placement', url)
+
+    @property
+    def _keystone(self):
+        return self.auth_strategy == 'keystone'
+
+    def _point_at(self, group, url):
+        """[group] → url; without Keystone, as the noauth2 admin."""
+        if not self._keystone:
+            self.conf.set_override('auth_type', 'none', group=group)
+        self.conf.set_override('endpoint_override', url, group=group)
 
     # -- life cycle -----------------------------------------------------
 
@@ -130,7 +144,9 @@ class EmbeddedStack:
                  migration.version())
 
         try:
-            pconf = placement.build_conf(self.state_dir)
+            pconf = placement.build_conf(
+                self.state_dir, auth_strategy='keystone' if self._keystone
+                else 'noauth2', config_files=self.conf.config_file)
             self._start_server('placement', placement.load_app(pconf),
                                self.placement_port)
             self._point_at_placement(self.placement_url)
@@ -186,6 +202,12 @@ class EmbeddedStack:
     @property
     def metrics_url(self):
         return self._server('agent-metrics').url + '/metrics'
+
+    @property
+    def nova_url(self):
+        """The served Nova events API (None with nova_endpoint)."""
+        return self._server('nova-events').url if self.nova_receiver \
+            else None
 
     @property
     def api_url(self):

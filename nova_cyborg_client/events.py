@@ -386,11 +386,62 @@ class _Fault(Exception):
         return {self.kind: {'code': self.code, 'message': self.message}}
 
 
+# Nova's rule for POST /os-server-external-events
+# (os_compute_api:os-server-external-events:create): the service role.
+EVENTS_POLICY = 'os_compute_api:os-server-external-events:create'
+SERVICE_ROLE = 'service'
+
+
+class ServiceRoleRequired:
+    """Behind keystonemiddleware: only a caller whose token carries the
+    service role may post events, as Nova's default policy says; another
+    valid token is a 403 with Nova's message."""
+
+    def __init__(self, app):
+        self.app = app
+
+    def __call__(self, environ, start_response):
+        roles = {r.strip().lower()
+                 for r in environ.get('HTTP_X_ROLES', '').split(',')}
+        if SERVICE_ROLE not in roles:
+            fault = _Fault(403, 'forbidden', 'Policy doesn\'t allow %s to be '
+                           'performed.' % EVENTS_POLICY)
+            return ExternalEventsApp._respond(start_response, 403,
+                                              fault.body(), MIN_VERSION)
+        return self.app(environ, start_response)
+
+
+def keystone_protected(app, authtoken_conf):
+    """`app` behind keystonemiddleware's auth_token, configured by
+    `authtoken_conf` (an oslo.config ConfigOpts holding a
+    [keystone_authtoken] section, or a dict of its options as in a paste
+    file), requiring the service role."""
+    from keystonemiddleware import auth_token
+    from oslo_config import cfg
+
+    if isinstance(authtoken_conf, dict):
+        # Options as a paste file gives them, read through a private option
+        # object (keystonemiddleware's fallback is oslo.config's global
+        # CONF, where the auth plugin's options would stay registered).
+        private = cfg.ConfigOpts()
+        private([], project='nova-events', default_config_files=[])
+        conf = dict(authtoken_conf, oslo_config_config=private)
+    else:
+        conf = {'oslo_config_config': authtoken_conf}
+    return auth_token.AuthProtocol(ServiceRoleRequired(app), conf)
+
+
 class Receiver:
     """What the service sees of Nova: the instances and the events API;
-    and what the compute side waits on."""
+    and what the compute side waits on.
 
-    def __init__(self):
+    With `authtoken_conf` the events API validates tokens with
+    keystonemiddleware and wants the service role (keystone_protected);
+    without, it trusts every caller (the embedded stack's noauth mode)."""
+
+    def __init__(self, authtoken_conf=None):
         self.instances = Instances()
         self.instance_events = InstanceEvents()
         self.app = ExternalEventsApp(self.instances, self.instance_events)
+        if authtoken_conf is not None:
+            self.app = keystone_protected(self.app, authtoken_conf)

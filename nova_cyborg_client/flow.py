@@ -91,14 +91,19 @@ class FlowRunner:
     """
 
     def __init__(self, receiver, context=None, conf=None,
-                 binding_timeout=None):
+                 binding_timeout=None, placement_context=None):
         self.receiver = receiver
         self.context = context or nova_context.RequestContext()
+        # Nova's scheduler and report client call Placement as Nova's
+        # service user, not with the user's token; without Keystone both
+        # are the same noauth admin.
+        self.placement_context = placement_context or self.context
         self.conf = conf or nova_conf.CONF
         self.binding_timeout = binding_timeout
 
     def _placement(self):
-        return nova_placement.PlacementClient(self.context, self.conf)
+        return nova_placement.PlacementClient(self.placement_context,
+                                              self.conf)
 
     def boot(self, flavor, instance_uuid=None, name=None):
         instance = compute.Instance(

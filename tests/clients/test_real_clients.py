@@ -1,4 +1,8 @@
-"""The real OpenStack clients, unchanged, against one cyborg-aio.
+"""The real OpenStack clients, unchanged, against one cyborg-aio: once
+without authentication (`--os-auth-type none --os-endpoint`), once behind
+the session's real Keystone (`cyborg-aio --auth-strategy keystone`), the
+clients authenticating with a password from a clouds.yaml and finding the
+accelerator and placement endpoints in Keystone's catalog.
 
 `openstack accelerator ...` in this virtualenv is python-openstackclient's
 built-in accelerator commands (they shadow python-cyborgclient's entry points
@@ -57,15 +61,44 @@ class _FakeCompute(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope='module')
-def stack(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp('clients')
+# The persona the clients run as behind Keystone: an admin who also has
+# the service role (binding ARQs is Nova's, through the service role).
+PERSONA = 'operator'
+
+
+@pytest.fixture(scope='module', params=['noauth', 'keystone'])
+def stack(request, tmp_path_factory):
+    mode = request.param
+    tmp = tmp_path_factory.mktemp('clients-' + mode)
     config_file = tmp / 'cyborg.conf'
-    config_file.write_text('[DEFAULT]\nhost = %s\n' % NODE)
-    aio = harness_aio.Aio(tmp, config_file=config_file)
+    config = '[DEFAULT]\nhost = %s\n' % NODE
+    keystone = None
+    if mode == 'keystone':
+        keystone = request.getfixturevalue('real_keystone')
+        config += keystone.cyborg_config()
+    config_file.write_text(config)
+    aio = harness_aio.Aio(tmp, state_dir=tmp / 'state',
+                          config_file=config_file,
+                          extra_args=['--auth-strategy', mode])
     compute = http.server.ThreadingHTTPServer(('127.0.0.1', 0), _FakeCompute)
     threading.Thread(target=compute.serve_forever, daemon=True).start()
     aio.compute = 'http://127.0.0.1:%d/v2.1' % compute.server_port
+    aio.http = requests.Session()
+    aio.env = {}
+    if keystone is None:
+        aio.osc_auth = ['--os-auth-type', 'none', '--os-endpoint', aio.api]
+        aio.placement_auth = ['--os-auth-type', 'admin_token', '--os-token',
+                              'admin', '--os-endpoint', aio.placement]
+    else:
+        # Only the catalog says where the services are.
+        keystone.set_endpoint('accelerator', aio.api)
+        keystone.set_endpoint('placement', aio.placement)
+        # `arq bind` looks the server up in Nova (_FakeCompute).
+        keystone.set_endpoint('compute', aio.compute)
+        aio.clouds_yaml = str(keystone.clouds_yaml(tmp / 'clouds.yaml'))
+        aio.env = {'OS_CLIENT_CONFIG_FILE': aio.clouds_yaml}
+        aio.osc_auth = aio.placement_auth = ['--os-cloud', PERSONA]
+        aio.http.headers['X-Auth-Token'] = keystone.token(PERSONA)
     yield aio
     compute.shutdown()
     aio.kill()
@@ -78,25 +111,26 @@ def _run(args, env=None):
 
 
 def osc(stack, *args, fmt=True, version=None, env=None):
-    """`openstack --os-auth-type none --os-endpoint <api>/v2 ...`."""
-    pre = ['--os-auth-type', 'none', '--os-endpoint', stack.api]
+    """`openstack <auth> ...`: `--os-auth-type none --os-endpoint <api>`,
+    or `--os-cloud operator` behind Keystone."""
+    pre = list(stack.osc_auth)
     if version:
         pre += ['--os-accelerator-api-version', version]
-    result = _run(pre + list(args) + (['-f', 'json'] if fmt else []), env)
+    result = _run(pre + list(args) + (['-f', 'json'] if fmt else []),
+                  dict(stack.env, **(env or {})))
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout) if fmt else result.stdout
 
 
 def placement_cli(stack, *args):
-    result = _run(['--os-auth-type', 'admin_token', '--os-token', 'admin',
-                   '--os-endpoint', stack.placement] + list(args)
-                  + ['-f', 'json'])
+    result = _run(stack.placement_auth + list(args) + ['-f', 'json'],
+                  stack.env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
 
 
 def _get(stack, path, **params):
-    resp = requests.get(stack.api + path, params=params, timeout=10)
+    resp = stack.http.get(stack.api + path, params=params, timeout=10)
     assert resp.status_code == 200, resp.text
     return resp.json()
 
@@ -109,9 +143,14 @@ def _gpu_deployable(stack):
 @pytest.fixture(scope='module')
 def conn(stack):
     import openstack
-    return openstack.connection.Connection(
-        auth_type='none', auth={'endpoint': stack.api},
-        accelerator_endpoint_override=stack.api)
+    from openstack import config as os_config
+    if not stack.env:
+        return openstack.connection.Connection(
+            auth_type='none', auth={'endpoint': stack.api},
+            accelerator_endpoint_override=stack.api)
+    region = os_config.OpenStackConfig(
+        config_files=[stack.clouds_yaml]).get_one(cloud=PERSONA)
+    return openstack.connection.Connection(config=region)
 
 
 # -- python-openstackclient `openstack accelerator ...` ---------------------
@@ -150,14 +189,14 @@ def test_osc_device_profile_show_by_name_default_version(stack):
         shown = osc(stack, 'accelerator', 'device', 'profile', 'show',
                     'osc-dp-name')
     finally:
-        requests.delete(stack.api + '/device_profiles/osc-dp-name',
-                        timeout=10)
+        stack.http.delete(stack.api + '/device_profiles/osc-dp-name',
+                          timeout=10)
     assert shown['uuid'] == created['uuid']
     assert shown['name'] == 'osc-dp-name'
 
 
 def test_osc_arq_lifecycle_bind_unbind(stack):
-    requests.post(stack.api + '/device_profiles', timeout=10, json=[
+    stack.http.post(stack.api + '/device_profiles', timeout=10, json=[
         {'name': 'osc-gpu', 'groups': [{'resources:PGPU': '1'}]}]
     ).raise_for_status()
     arq = osc(stack, 'accelerator', 'arq', 'create', 'osc-gpu')
@@ -180,7 +219,7 @@ def test_osc_arq_lifecycle_bind_unbind(stack):
     osc(stack, 'accelerator', 'arq', 'delete', arq['uuid'], fmt=False)
     assert arq['uuid'] not in {
         a['uuid'] for a in _get(stack, '/accelerator_requests')['arqs']}
-    requests.delete(stack.api + '/device_profiles/osc-gpu', timeout=10)
+    stack.http.delete(stack.api + '/device_profiles/osc-gpu', timeout=10)
 
 
 def test_osc_devices_and_deployables(stack):
@@ -236,8 +275,8 @@ def test_osc_attribute_create_with_a_deployable_uuid(stack):
         assert {a['deployable_id'] for a in listed} == {
             created['deployable_id']}
     finally:
-        requests.delete(stack.api + '/attributes/' + created['uuid'],
-                        timeout=10)
+        stack.http.delete(stack.api + '/attributes/' + created['uuid'],
+                          timeout=10)
 
 
 # -- python-cyborgclient's own OSC command classes --------------------------

@@ -230,3 +230,49 @@ def test_aio_reports_the_fake_host_to_placement(aio):
                         started.api, 'accelerator', 'device', 'list')
     assert sorted(d['type'] for d in listed) == ['FPGA', 'GPU', 'GPU']
     assert started.stop(signal.SIGTERM) == 0, started.logs()
+
+
+def test_aio_keystone_writes_a_clouds_yaml_the_clients_use(tmp_path):
+    """`cyborg-aio --keystone`: a real Keystone of its own, the services in
+    its catalog, a clouds.yaml the real client finds them with (as the
+    README shows)."""
+    from cyborg_harness import keystone
+    if not keystone.available():
+        pytest.skip('the keystone package is not installed')
+    config_file = tmp_path / 'cyborg.conf'
+    config_file.write_text('[DEFAULT]\nhost = %s\n' % NODE)
+    state = tmp_path / 'state'
+    # Keystone starts first: db_sync, keys, bootstrap (a minute or more
+    # on a loaded machine).
+    aio = harness_aio.Aio(tmp_path, state_dir=state, config_file=config_file,
+                          extra_args=['--keystone', '--keystone-port', '0'],
+                          timeout=300)
+    try:
+        line = aio.read_until(r'^cyborg-aio keystone: ')
+        clouds = state / 'clouds.yaml'
+        assert str(clouds) in line
+        assert oct(clouds.stat().st_mode & 0o777) == '0o600'
+        env = dict(os.environ, OS_CLOUD='',
+                   OS_CLIENT_CONFIG_FILE=str(clouds))
+        exe = os.path.join(os.path.dirname(sys.executable), 'openstack')
+
+        def openstack(*args):
+            return subprocess.run([exe] + list(args), capture_output=True,
+                                  text=True, timeout=120, env=env)
+
+        listed = openstack('--os-cloud', 'cyborg-aio', 'accelerator',
+                           'device', 'list', '-f', 'json')
+        assert listed.returncode == 0, listed.stderr[-3000:]
+        assert len(json.loads(listed.stdout)) >= 1
+        # A project member may not see the hardware.
+        refused = openstack('--os-cloud', 'cyborg-aio-member_a',
+                            'accelerator', 'device', 'list')
+        assert refused.returncode != 0
+        assert '403' in refused.stderr or 'orbidden' in refused.stderr, \
+            refused.stderr[-3000:]
+        # Without a token: 401, the API is behind Keystone now.
+        assert requests.get(aio.api + '/devices',
+                            timeout=10).status_code == 401
+        assert aio.stop() == 0
+    finally:
+        aio.kill()

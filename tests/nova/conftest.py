@@ -120,19 +120,20 @@ class Stack:
     """cyborg-aio --no-demo (the harness's aio mode) with [nova] pointing
     at this process (or at nova_endpoint)."""
 
-    def __init__(self, tmp_path, node, nova_endpoint=None):
+    def __init__(self, tmp_path, node, nova_endpoint=None, config_extra='',
+                 extra_args=()):
         self.node = node
         self.nova = None
         if nova_endpoint is None:
             self.nova = SwitchableReceiver()
             nova_endpoint = self.nova.server.url
         config = tmp_path / 'cyborg.conf'
-        config.write_text('[DEFAULT]\nhost = %s\n' % node)
+        config.write_text('[DEFAULT]\nhost = %s\n' % node + config_extra)
         try:
             self.aio = harness_aio.Aio(
                 tmp_path, state_dir=tmp_path / 'state', config_file=config,
                 nova_endpoint=nova_endpoint, host_spec=HOST_SPEC,
-                timeout=START_TIMEOUT)
+                extra_args=extra_args, timeout=START_TIMEOUT)
         except BaseException:
             if self.nova is not None:
                 self.nova.server.stop()
