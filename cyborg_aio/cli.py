@@ -135,7 +135,8 @@ CLOUD_PERSONA = 'operator'
 def _start_keystone(args):
     """A real Keystone in STATE_DIR/keystone; the cyborg.conf lines for
     running behind it come first among the config files (the user's may
-    override them)."""
+    override them).
+    """
     from cyborg_aio import keystone
 
     if not keystone.available():

@@ -313,7 +313,8 @@ class Keystone:
 
     def set_endpoint(self, service_type, url, name=None):
         """The catalog's public, internal and admin endpoints of
-        `service_type` (created, or moved to `url`)."""
+        `service_type` (created, or moved to `url`).
+        """
         services = self._admin('GET', '/services?type=' + service_type)[
             'services']
         if services:
@@ -381,7 +382,8 @@ class Keystone:
     def clouds_yaml(self, path, personas=None, prefix='', aliases=None):
         """A clouds.yaml with one password-auth cloud per persona
         (`<prefix><persona>`), and `aliases` {cloud: persona}; readable by
-        its owner only (it holds passwords); returns its path."""
+        its owner only (it holds passwords); returns its path.
+        """
         names = {prefix + p: p for p in personas or PERSONAS}
         names.update(aliases or {})
         clouds = {}
@@ -398,7 +400,8 @@ class Keystone:
 
     def authtoken_config(self, persona='cyborg'):
         """The [keystone_authtoken] section keystonemiddleware needs, with
-        `persona` as the service user validating tokens."""
+        `persona` as the service user validating tokens.
+        """
         return _section('keystone_authtoken', dict(
             self.auth(persona), www_authenticate_uri=self.auth_url,
             auth_type='password', service_token_roles_required='true',
@@ -406,7 +409,8 @@ class Keystone:
 
     def service_user_config(self, group, persona='cyborg'):
         """A keystoneauth conf section ([placement], [nova]) for calling
-        another service as `persona`, finding it through the catalog."""
+        another service as `persona`, finding it through the catalog.
+        """
         return _section(group, dict(self.auth(persona), auth_type='password',
                                     region_name=REGION))
 
@@ -414,7 +418,8 @@ class Keystone:
         """What a cyborg.conf needs to run behind this Keystone: the API
         validating tokens as `persona`, and calling Placement and Nova as
         `persona` (the embedded stack's Placement and Nova events API read
-        the same [keystone_authtoken])."""
+        the same [keystone_authtoken]).
+        """
         return ('[api]\nauth_strategy = keystone\n'
                 + self.authtoken_config(persona)
                 + self.service_user_config('placement', persona)

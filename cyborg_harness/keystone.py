@@ -8,5 +8,5 @@ It lives in cyborg_aio.keystone, below the harness, because
 from cyborg_aio.keystone import available  # noqa: F401
 from cyborg_aio.keystone import Keystone  # noqa: F401
 from cyborg_aio.keystone import KeystoneError  # noqa: F401
-from cyborg_aio.keystone import PERSONAS  # noqa: F401
 from cyborg_aio.keystone import Persona  # noqa: F401
+from cyborg_aio.keystone import PERSONAS  # noqa: F401

@@ -395,7 +395,8 @@ SERVICE_ROLE = 'service'
 class ServiceRoleRequired:
     """Behind keystonemiddleware: only a caller whose token carries the
     service role may post events, as Nova's default policy says; another
-    valid token is a 403 with Nova's message."""
+    valid token is a 403 with Nova's message.
+    """
 
     def __init__(self, app):
         self.app = app
@@ -415,7 +416,8 @@ def keystone_protected(app, authtoken_conf):
     """`app` behind keystonemiddleware's auth_token, configured by
     `authtoken_conf` (an oslo.config ConfigOpts holding a
     [keystone_authtoken] section, or a dict of its options as in a paste
-    file), requiring the service role."""
+    file), requiring the service role.
+    """
     from keystonemiddleware import auth_token
     from oslo_config import cfg
 
@@ -437,7 +439,8 @@ class Receiver:
 
     With `authtoken_conf` the events API validates tokens with
     keystonemiddleware and wants the service role (keystone_protected);
-    without, it trusts every caller (the embedded stack's noauth mode)."""
+    without, it trusts every caller (the embedded stack's noauth mode).
+    """
 
     def __init__(self, authtoken_conf=None):
         self.instances = Instances()

@@ -87,7 +87,8 @@ def real_keystone(tmp_path_factory):
     """One real Keystone per test session (cyborg_harness.keystone), for
     the tests that need tokens, a catalog and roles from the real thing.
     Skipped where the keystone package is not installed, unless CI asks
-    for every service (CYBORG_TEST_REQUIRE_DBS=1)."""
+    for every service (CYBORG_TEST_REQUIRE_DBS=1).
+    """
     from cyborg_harness import keystone
     if not keystone.available():
         message = ('the keystone package is not installed '

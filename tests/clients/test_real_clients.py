@@ -112,7 +112,8 @@ def _run(args, env=None):
 
 def osc(stack, *args, fmt=True, version=None, env=None):
     """`openstack <auth> ...`: `--os-auth-type none --os-endpoint <api>`,
-    or `--os-cloud operator` behind Keystone."""
+    or `--os-cloud operator` behind Keystone.
+    """
     pre = list(stack.osc_auth)
     if version:
         pre += ['--os-accelerator-api-version', version]

@@ -235,7 +235,8 @@ def test_aio_reports_the_fake_host_to_placement(aio):
 def test_aio_keystone_writes_a_clouds_yaml_the_clients_use(tmp_path):
     """`cyborg-aio --keystone`: a real Keystone of its own, the services in
     its catalog, a clouds.yaml the real client finds them with (as the
-    README shows)."""
+    README shows).
+    """
     from cyborg_harness import keystone
     if not keystone.available():
         pytest.skip('the keystone package is not installed')

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A Nova-flow boot and delete through the real Keystone.
 
 cyborg-aio --auth-strategy keystone: the API and Placement validate tokens
@@ -38,7 +39,8 @@ def keystone_stack(tmp_path_factory, real_keystone):
 
 def _events_authtoken(keystone):
     """keystonemiddleware's options for the events API, as a paste file
-    would give them: Nova validates tokens as its own service user."""
+    would give them: Nova validates tokens as its own service user.
+    """
     options = dict(keystone.auth('nova'), auth_type='password',
                    www_authenticate_uri=keystone.auth_url)
     return options
@@ -127,7 +129,8 @@ def test_the_events_api_wants_a_service_token(stack, real_keystone):
 
 def test_without_the_service_token_nova_cannot_bind(stack, real_keystone):
     """The user's token alone (Nova without [service_user]) may create an
-    ARQ but not bind it: binding is the service role's."""
+    ARQ but not bind it: binding is the service role's.
+    """
     admin = _admin(real_keystone)
     member = {'X-Auth-Token': real_keystone.token('member_a')}
     name = test_flow.GPU[0]

@@ -1,6 +1,8 @@
+# SPDX-License-Identifier: Apache-2.0
 """The API behind keystonemiddleware, validating tokens against the real
 Keystone of the session (tests/conftest.py's real_keystone); the fake
-Keystone stays for the one test that counts validations."""
+Keystone stays for the one test that counts validations.
+"""
 
 from keystoneauth1 import loading
 import pytest
@@ -53,7 +55,8 @@ def callers(real_keystone):
 
 def api_config(tmp_path, authtoken, extra=''):
     """Load a cyborg.conf with auth_strategy=keystone, the
-    [keystone_authtoken] section `authtoken` (and `extra`)."""
+    [keystone_authtoken] section `authtoken` (and `extra`).
+    """
     path = tmp_path / 'cyborg.conf'
     path.write_text('[DEFAULT]\ntransport_url = fake://\n'
                     '[api]\nauth_strategy = keystone\n' + authtoken + extra)
@@ -73,7 +76,8 @@ def keystone_config(tmp_path, keystone, extra=''):
 def forget_auth_plugin_options():
     """keystonemiddleware registers the password plugin's options
     (auth_url is required) when it loads the plugin; left registered,
-    they fail every later test's CONF([]) of the session."""
+    they fail every later test's CONF([]) of the session.
+    """
     CONF.reset()
     CONF.unregister_opts(loading.get_auth_plugin_conf_options('password'),
                          group='keystone_authtoken')
@@ -90,7 +94,8 @@ def keystone_api(tmp_path, keystone, sqlite_database):
 @pytest.fixture
 def real_keystone_api(tmp_path, real_keystone, sqlite_database):
     """The app as cyborg-api builds it, on an empty SQLite database,
-    validating tokens against the real Keystone."""
+    validating tokens against the real Keystone.
+    """
     api_config(tmp_path, real_keystone.authtoken_config())
     yield api_app.setup_app(CONF)
     forget_auth_plugin_options()

@@ -42,7 +42,8 @@ AUTHENTICATED = [c for c in CALLERS if c not in ('anonymous', 'bad_token')]
 def expect(default=403, **statuses):
     """401 without a valid token; 403 for a system-scoped token (every
     rule is for project-scoped tokens); `default` for every other caller
-    unless named."""
+    unless named.
+    """
     out = {'anonymous': 401, 'bad_token': 401}
     out.update({c: default for c in AUTHENTICATED})
     out['system_admin'] = 403
@@ -203,7 +204,8 @@ def test_every_row_has_every_caller():
 
 def _seed(project_a):
     """The gabbi inventory, its ARQs moved into project A (Keystone makes
-    up project ids), and one unbound ARQ of A."""
+    up project ids), and one unbound ARQ of A.
+    """
     seed.inventory()
     arqs = models.ExtendedAcceleratorRequest.__table__
     with db_api.writer() as session:
@@ -396,7 +398,8 @@ def test_oversized_bodies_are_refused_before_token_validation(
         keystone_api, keystone):
     """The size limit sits outside keystonemiddleware: a huge body costs
     no call to Keystone, with a token or without (the fake Keystone, which
-    counts the validations it answers)."""
+    counts the validations it answers).
+    """
     validated = len(keystone.validations())
     for headers in ({}, {'X-Auth-Token': 'tok-unknown-0000'},
                     {'X-Auth-Token': fake_keystone.MEMBER_A.token}):

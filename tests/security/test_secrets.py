@@ -48,7 +48,8 @@ SECRET_NAME = re.compile(
 def configured(tmp_path, real_keystone, sqlite_database):
     """A cyborg.conf full of secrets (the SQLite database is what the app
     really uses: the MariaDB URL is only there to be logged), validating
-    tokens against the real Keystone."""
+    tokens against the real Keystone.
+    """
     conftest.api_config(tmp_path, real_keystone.authtoken_config(),
                         SECRETS_CONF + (
         '[keystone_authtoken]\nmemcache_secret_key = %s\n' % MEMCACHE_KEY))
