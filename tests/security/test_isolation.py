@@ -305,6 +305,45 @@ def test_another_projects_arq_answers_as_a_missing_one(
     assert probe(target) == probe(MISSING)
 
 
+# --- microversion 2.5: state_reason stays with its project -------------------
+
+V2_5 = {'OpenStack-API-Version': 'accelerator 2.5'}
+FAILED_REASON = 'no free attach handle'
+
+
+def call_2_5(app, headers, method, path):
+    """As `call`, at microversion 2.5 (the ARQ's `state_reason`)."""
+    return call(app, dict(headers, **V2_5), method, path)
+
+
+@pytest.mark.parametrize('caller', ['admin', 'member_a', 'reader_a',
+                                    'nova_a'])
+def test_state_reason_is_shown_to_the_arqs_project(api, callers, caller):
+    response = call_2_5(api, callers[caller], 'GET',
+                        _ARQS + '/' + seed.FAILED_ARQ)
+    assert response.status_int == 200, response.text
+    assert response.json['state'] == 'BindFailed'
+    assert response.json['state_reason'] == FAILED_REASON
+
+
+@pytest.mark.parametrize('caller', ['member_b', 'nova_b', 'service'])
+def test_state_reason_of_another_project_answers_as_a_missing_one(
+        api, callers, caller):
+    """At 2.5 another project's BindFailed ARQ is a 404 word for word as
+    a missing uuid, and its reason is in none of the caller's lists.
+    """
+    def probe(uuid):
+        response = call_2_5(api, callers[caller], 'GET', _ARQS + '/' + uuid)
+        return response.status_int, response.text.replace(uuid, '<uuid>')
+
+    assert probe(seed.FAILED_ARQ) == probe(MISSING)
+    assert probe(MISSING)[0] == 404
+    listed = call_2_5(api, callers[caller], 'GET', _ARQS)
+    assert listed.status_int == 200, listed.text
+    assert seed.FAILED_ARQ not in {a['uuid'] for a in listed.json['arqs']}
+    assert FAILED_REASON not in listed.text
+
+
 # --- lists are scoped to the caller's project --------------------------------
 
 def _uuids(response):
