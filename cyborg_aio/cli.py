@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cyborg-aio: the whole service in one foreground process.
 
 Our API and the real Placement service on loopback, SQLite databases in a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The real OpenStack Placement service (openstack-placement), configured on
 a private ConfigOpts so its options never mix with ours.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """EmbeddedStack: the whole service in one process, for one machine.
 
 State lives under one directory: cyborg.sqlite (our database) and
@@ -35,7 +36,8 @@ def default_state_dir():
 
 class EmbeddedStack:
     """API, Placement, conductor, agent (and Nova's events API) in this
-    process."""
+    process.
+    """
 
     def __init__(self, state_dir, port=6666, placement_port=8778,
                  host_spec=None, conf=CONF, nova_port=8774,
@@ -82,7 +84,8 @@ class EmbeddedStack:
     def _fake_nvidia_gpus(self):
         """A host spec with an `nvidia` section: the real nvidia driver
         over a fake NVML and sysfs tree kept in the state directory (MIG
-        instances survive a restart, as on hardware)."""
+        instances survive a restart, as on hardware).
+        """
         with open(self.host_spec) as f:
             spec = yaml.safe_load(f) or {}
         if not spec.get('nvidia'):
@@ -104,7 +107,8 @@ class EmbeddedStack:
 
     def _point_at_nova(self):
         """[nova] → the events API of nova_cyborg_client, served in this
-        process, or the Nova at nova_endpoint."""
+        process, or the Nova at nova_endpoint.
+        """
         url = self.nova_endpoint
         if url is None:
             from nova_cyborg_client import events as nova_events
@@ -132,7 +136,8 @@ class EmbeddedStack:
     def start(self):
         """Migrate, start Placement, register the compute node, start the
         conductor and the agent (one report done), then the API. On return
-        every server is listening."""
+        every server is listening.
+        """
         from cyborg.api import app as api_app
         from cyborg.db import api as db_api
         from cyborg.db import migration
@@ -167,7 +172,8 @@ class EmbeddedStack:
     def _start_services(self):
         """The conductor and this host's agent (fake driver by default),
         with one report done before the API opens: devices are visible
-        as soon as the ready line is printed."""
+        as soon as the ready line is printed.
+        """
         from cyborg.agent import service as agent_service
         from cyborg.conductor import service as conductor_service
 
@@ -215,14 +221,16 @@ class EmbeddedStack:
 
     def placement_client(self):
         """A Placement client for the embedded Placement ([placement]
-        points at it once start() has started it)."""
+        points at it once start() has started it).
+        """
         return placement_client.PlacementClient(
             ksa.get_adapter('placement', self.conf))
 
     def request_stop(self):
         """Make wait() return; safe to call from a signal handler (a plain
         assignment: Event.set() there can deadlock against the main
-        thread's own wait on the same lock)."""
+        thread's own wait on the same lock).
+        """
         self._stop_requested = True
 
     def wait(self, poll=0.2):

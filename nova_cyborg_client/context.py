@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Who calls: the user's token, project and user, as Nova's RequestContext.
 
 Nova calls Cyborg with the request user's token, and finds Cyborg in the

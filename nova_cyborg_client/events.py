@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Instance external events: Nova's POST /os-server-external-events and the
 waiters the compute side blocks on.
 
@@ -231,7 +232,8 @@ def _version_string(version):
 
 class ExternalEventsApp:
     """WSGI app serving POST /os-server-external-events (also under a
-    /v2.1 or /v2 prefix, where Nova's endpoints usually end)."""
+    /v2.1 or /v2 prefix, where Nova's endpoints usually end).
+    """
 
     def __init__(self, instances, instance_events):
         self.instances = instances

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared pytest fixtures: configuration and per-backend databases."""
 
 import pytest
@@ -31,7 +32,8 @@ def _database(backend):
 def pytest_make_parametrize_id(config, val, argname):
     """gabbi's pytest plugin takes every test whose id holds a ':' for a
     step of one of its YAML suites (and fails the whole collection on it),
-    so a parameter's id never holds one."""
+    so a parameter's id never holds one.
+    """
     if isinstance(val, str) and ':' in val:
         return val.replace(':', '_')
     return None
@@ -73,7 +75,8 @@ def sqlite_database():
 def placement_service(tmp_path_factory):
     """The real Placement in this process, one per test session (its DB
     layer is process-global); tests keep apart by using their own compute
-    node names. adapter() points [placement] at it."""
+    node names. adapter() points [placement] at it.
+    """
     from cyborg_harness import placement
 
     service = placement.InProcessPlacement(

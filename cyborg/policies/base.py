@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Building blocks the per-resource defaults are made of.
 
 OpenStack's secure-RBAC personas, as Nova and Placement define them:

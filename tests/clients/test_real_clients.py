@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The real OpenStack clients, unchanged, against one cyborg-aio: once
 without authentication (`--os-auth-type none --os-endpoint`), once behind
 the session's real Keystone (`cyborg-aio --auth-strategy keystone`), the
@@ -34,7 +35,8 @@ EXE = os.path.join(os.path.dirname(sys.executable), 'openstack')
 
 class _FakeCompute(http.server.BaseHTTPRequestHandler):
     """Answers `GET /servers/<uuid>` — all `openstack accelerator arq bind`
-    asks Nova (it resolves <server> with compute find_server)."""
+    asks Nova (it resolves <server> with compute find_server).
+    """
 
     def do_GET(self):
         parts = self.path.split('?')[0].strip('/').split('/')
@@ -284,7 +286,8 @@ def test_osc_attribute_create_with_a_deployable_uuid(stack):
 
 def cyborgclient_cmd(conn, cls, *argv):
     """Run one python-cyborgclient command the way cliff does (parse, then
-    take_action) with the SDK proxy as client_manager.accelerator."""
+    take_action) with the SDK proxy as client_manager.accelerator.
+    """
     app = types.SimpleNamespace(client_manager=types.SimpleNamespace(
         accelerator=conn.accelerator))
     cmd = cls(app, None)

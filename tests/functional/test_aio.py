@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cyborg-aio as a user runs it: one process, API + real Placement, ready
 line, clean stop on SIGTERM/SIGINT, state kept across restarts."""
 
@@ -122,7 +123,8 @@ def _demo_arqs(api):
 def test_aio_demo_boots_instances_and_reruns(aio):
     """The demo: profiles created once, three instances booted the way Nova
     boots them, their <hostdev>s and ARQs printed; a restart on the same
-    state replaces the instances instead of failing or piling up."""
+    state replaces the instances instead of failing or piling up.
+    """
     from cyborg_aio import demo
 
     first = aio(demo=True)
@@ -161,7 +163,8 @@ def test_aio_demo_boots_instances_and_reruns(aio):
 def test_aio_h200_demo_whole_gpu_and_mig_on_demand(aio):
     """Two fake H200s through the real nvidia driver: one whole GPU for a
     VM, MIG instances of three sizes packed on the other; a restart
-    releases and re-creates them without leaving orphans."""
+    releases and re-creates them without leaving orphans.
+    """
     spec = os.path.join(FAKE_HOSTS, 'h200x2.yaml')
     for run in range(2):
         proc = aio(demo=True, host_spec=spec)
@@ -191,7 +194,8 @@ def test_aio_h200_demo_whole_gpu_and_mig_on_demand(aio):
 
 def _openstack(*args):
     """The real OpenStack CLI (python-openstackclient with the
-    python-cyborgclient and osc-placement plugins) of this virtualenv."""
+    python-cyborgclient and osc-placement plugins) of this virtualenv.
+    """
     exe = os.path.join(os.path.dirname(sys.executable), 'openstack')
     result = subprocess.run([exe] + list(args) + ['-f', 'json'],
                             capture_output=True, text=True, timeout=120,
@@ -202,7 +206,8 @@ def _openstack(*args):
 
 def test_aio_reports_the_fake_host_to_placement(aio):
     """Right after `ready`, the agent's report is in the API and in
-    Placement, and the real clients see it."""
+    Placement, and the real clients see it.
+    """
     started = aio()
     devices = requests.get(started.api + '/devices', timeout=10).json()
     assert sorted(d['type'] for d in devices['devices']) == \

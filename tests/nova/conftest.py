@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures for the Nova side: a fresh option object, a real API server on
 SQLite, a scriptable stub accelerator API, and a whole stack (cyborg-aio in
 a subprocess, telling this process's events API about bindings)."""
@@ -35,7 +36,8 @@ def point_at(conf, api=None, placement=None):
 class StubCyborg:
     """Answers from `routes` {(METHOD, path): (status, body) or
     callable(request) -> (status, body)}, body JSON-encoded unless bytes;
-    records every request."""
+    records every request.
+    """
 
     def __init__(self):
         self.routes = {}
@@ -91,8 +93,8 @@ def stub(conf):
 @pytest.fixture
 def cyborg_api(sqlite_database, conf):
     from cyborg.api import app as api_app
-    from cyborg.conf import CONF
     from cyborg.common import wsgi_server
+    from cyborg.conf import CONF
 
     server = wsgi_server.ThreadedServer('cyborg-api',
                                         api_app.setup_app(CONF))
@@ -106,7 +108,8 @@ def cyborg_api(sqlite_database, conf):
 
 class SwitchableReceiver:
     """The events API the stack notifies; tests swap the Receiver behind
-    it (a fresh one per test)."""
+    it (a fresh one per test).
+    """
 
     def __init__(self):
         self.receiver = nova_events.Receiver()
@@ -118,7 +121,8 @@ class SwitchableReceiver:
 
 class Stack:
     """cyborg-aio --no-demo (the harness's aio mode) with [nova] pointing
-    at this process (or at nova_endpoint)."""
+    at this process (or at nova_endpoint).
+    """
 
     def __init__(self, tmp_path, node, nova_endpoint=None, config_extra='',
                  extra_args=()):
@@ -159,7 +163,8 @@ def aio_stack(tmp_path_factory):
 @pytest.fixture
 def stack(aio_stack, conf):
     """The module's stack, a fresh Receiver, Nova-side options pointing at
-    it."""
+    it.
+    """
     aio_stack.nova.receiver = nova_events.Receiver()
     point_at(conf, api=aio_stack.api, placement=aio_stack.placement)
     return aio_stack

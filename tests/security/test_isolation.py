@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Who may do what, with real tokens: keystonemiddleware validating them
 against a real Keystone on loopback (cyborg_harness.keystone), the policy
 defaults (OpenStack's secure-RBAC personas), the project scoping of ARQs.
@@ -259,7 +260,8 @@ def _fault(response):
                          [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_matrix(api, reseed, callers, method, path, body, statuses):
     """Each caller in turn; the database is seeded afresh after any
-    request that may have changed it."""
+    request that may have changed it.
+    """
     wrong = []
     for caller, status in statuses.items():
         response = call(api, callers[caller], method, path, body)
@@ -390,7 +392,8 @@ def _arq_rows():
 @pytest.mark.parametrize('caller', ['member_b', 'nova_b', 'service'])
 def test_other_projects_change_nothing_of_a(api, callers, caller):
     """Every write B (or Nova for B) can aim at A's ARQs leaves them as
-    they were, whatever it answers."""
+    they were, whatever it answers.
+    """
     before = _arq_rows()
     for method, path, body in [
             ('DELETE', _ARQS + '?instance=' + seed.BOUND_INSTANCE, None),
@@ -408,7 +411,8 @@ def test_other_projects_change_nothing_of_a(api, callers, caller):
 
 def test_a_service_token_without_the_service_role_is_refused(api, callers):
     """Nova's service token must carry the service role (keystone
-    middleware's service_token_roles_required, as Cyborg sets it)."""
+    middleware's service_token_roles_required, as Cyborg sets it).
+    """
     before = _arq_rows()
     response = call(api, callers['not_a_service_a'], 'PATCH', _ARQS,
                     _bind(A_UNBOUND))

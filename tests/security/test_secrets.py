@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """No secrets in logs: not the database or broker passwords, not the
 service users' passwords, not the tokens callers and Nova send.
 
