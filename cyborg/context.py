@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Request context: who is calling, in which project, with which roles."""
 
 from oslo_context import context

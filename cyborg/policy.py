@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The policy enforcer and the one call handlers use to authorize."""
 
 import threading
@@ -75,7 +76,8 @@ class Enforcer(policy.Enforcer):
 
     def allowed(self, action, target, context):
         """Whether `context` may do the registered `action` on target
-        (oslo.policy's authorize, answered False instead of raising)."""
+        (oslo.policy's authorize, answered False instead of raising).
+        """
         if action not in self.registered_rules:
             raise policy.PolicyNotRegistered(action)
         self.load_rules()
@@ -106,7 +108,8 @@ class Enforcer(policy.Enforcer):
 
 def get_enforcer():
     """The process-wide enforcer (also the oslo.policy.enforcer entry
-    point)."""
+    point).
+    """
     global _ENFORCER
     enforcer = _ENFORCER
     if enforcer is not None:

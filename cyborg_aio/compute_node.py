@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The compute-node resource provider, made the way nova-compute makes it.
 
 In the embedded mode no nova-compute runs, yet the agent hangs its device
@@ -36,7 +37,8 @@ def _full(inventory):
 def ensure(client, name, inventory=None, traits=TRAITS):
     """Find or create the provider `name`, then set its inventory and traits
     where they differ. `client` is a cyborg.placement.client.PlacementClient.
-    Returns the provider uuid."""
+    Returns the provider uuid.
+    """
     inventory = _full(INVENTORY if inventory is None else inventory)
     rp = client.provider_by_name(name)
     if rp is None:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cyborg-aio's demo: device profiles, instances booted as Nova would boot
 them, and what the guest would get.
 
@@ -96,7 +97,8 @@ def ensure_profiles(context, conf=None, profiles=PROFILES):
 def _wait_released(context, conf, timeout=RELEASE_TIMEOUT):
     """Until the agents have released what deleted instances held (their
     release passes run after the delete answered): every device Unclaimed
-    again, as the lifecycle API (2.4) shows it."""
+    again, as the lifecycle API (2.4) shows it.
+    """
     adapter = _cyborg(context, conf)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -151,7 +153,8 @@ def run(receiver, api_url, placement_url, out, conf=None,
         binding_timeout=BINDING_TIMEOUT, plan=None, metrics_url=None):
     """Boot the demo instances and print their <hostdev>s and ARQs to
     `out`. True if all booted; failures are printed, never raised.
-    plan: (profiles, instances); the fake GPU/FPGA host's by default."""
+    plan: (profiles, instances); the fake GPU/FPGA host's by default.
+    """
     profiles, instances = plan or (PROFILES, INSTANCES)
     conf = conf or nova_conf.CONF
     flow.configure(conf, api_url, placement_url)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Nova side of accelerators: what Nova's compute API, scheduler,
 conductor, compute manager and libvirt driver do with a flavor's
 `accel:device_profile`, with real Nova's wire behaviour (names, bodies,

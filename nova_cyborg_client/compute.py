@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The compute side: wait until the service has bound an instance's ARQs,
 and delete ARQs when a build fails or the instance goes away.
 
@@ -80,7 +81,8 @@ def get_bound_arq_resources(context, instance, arq_uuids, instance_events,
 def delete_arqs_if_needed(context, instance, arq_uuids=None):
     """By instance when the flavor has a device profile (errors logged),
     then by uuid (errors logged) — as Nova, so the second may log a 404 for
-    ARQs the first already deleted."""
+    ARQs the first already deleted.
+    """
     cyclient = cyborg.get_client(context)
     if instance.flavor.extra_specs.get(scheduler.DEVICE_PROFILE_SPEC):
         try:
@@ -96,7 +98,8 @@ def build_accel_info(context, instance, accel_uuids, instance_events,
                      timeout=None):
     """What _build_resources does first: the bound ARQs, or — on any
     failure, timeout included — ARQs deleted and BuildAbortException
-    (chained to the cause; never rescheduled)."""
+    (chained to the cause; never rescheduled).
+    """
     try:
         if not accel_uuids:
             return []

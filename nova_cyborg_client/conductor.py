@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conductor side: create the flavor's ARQs, match each to the provider
 its request group was allocated from, and bind them all in one PATCH.
 
@@ -39,7 +40,8 @@ def _create_and_bind_arqs(cyclient, instance_uuid, extra_specs, hostname,
 def create_and_bind_arq_for_instance(context, instance, hostname, rg_rp_map):
     """Create and bind the instance's ARQs; returns their uuids (the
     accel_uuids the compute side waits for). hostname is the compute
-    node's name (the hypervisor nodename)."""
+    node's name (the hypervisor nodename).
+    """
     cyclient = cyborg.get_client(context)
     try:
         bindings = _create_and_bind_arqs(cyclient, instance.uuid,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Options of the Nova side, on a private ConfigOpts.
 
 A private object, not oslo.config's global CONF: cyborg-aio runs this code

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Nova's exceptions for the accelerator paths: same names, same messages."""
 
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Attach handles → libvirt <hostdev> elements, as Nova's libvirt driver.
 
 Nova wires accelerators only when every ARQ has a PCI attach handle, and
@@ -43,7 +44,8 @@ def mdev_hostdev(mdev_uuid):
 
 def accel_arqs_to_wire(instance_uuid, accel_info):
     """The ARQs to wire: all of them if each handle type is supported,
-    else none (logged)."""
+    else none (logged).
+    """
     if not accel_info:
         return []
     types = {arq.get('attach_handle_type') for arq in accel_info}

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Request groups and the GET /allocation_candidates query, as Nova's
 scheduler builds them (RequestGroup, ResourceRequest, fill_provider_mapping).
 
@@ -10,8 +11,8 @@ import math
 import re
 from urllib import parse
 
-from oslo_log import log
 import os_resource_classes as orc
+from oslo_log import log
 
 from nova_cyborg_client import conf as nova_conf
 from nova_cyborg_client import exception
@@ -104,7 +105,8 @@ class RequestGroup:
 
 def parse_extra_spec(group, key, value):
     """Add `key: value` to `group` if it is a resources/trait spec; the
-    key's suffix, if any, is the caller's business."""
+    key's suffix, if any, is the caller's business.
+    """
     match = XS_KEYPAT.match(key)
     if not match:
         return False
@@ -118,7 +120,8 @@ def parse_extra_spec(group, key, value):
 
 class ResourceRequest:
     """The whole candidates query: the unsuffixed group, suffixed groups,
-    group_policy, root_required and limit."""
+    group_policy, root_required and limit.
+    """
 
     def __init__(self, limit=None):
         self._groups = {}  # requester_id ('' for unsuffixed) -> RequestGroup
@@ -132,7 +135,8 @@ class ResourceRequest:
     def from_flavor(cls, flavor, requested_resources=(), conf=None):
         """What Nova's scheduler asks Placement for a boot of `flavor`:
         the flavor's own resources and extra specs, then the groups others
-        requested (device profiles), then the accelerators pre-filter."""
+        requested (device profiles), then the accelerators pre-filter.
+        """
         conf = conf or nova_conf.CONF
         req = cls(limit=conf.scheduler.max_placement_results)
         unsuffixed = req.get_request_group(None)
@@ -176,7 +180,8 @@ class ResourceRequest:
 
     def get_request_group(self, ident):
         """The group with this suffix (None/'' → unsuffixed), created
-        empty if new."""
+        empty if new.
+        """
         ident = ident or ''
         if ident not in self._groups:
             self._groups[ident] = RequestGroup(
@@ -229,7 +234,8 @@ class ResourceRequest:
 
 def fill_provider_mapping(requested_resources, allocation_request):
     """Set each group's provider_uuids from the chosen allocation request's
-    `mappings` (requester_id → [provider uuid])."""
+    `mappings` (requester_id → [provider uuid]).
+    """
     mappings = allocation_request['mappings']
     for group in requested_resources:
         group.provider_uuids = mappings[group.requester_id]

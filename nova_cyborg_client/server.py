@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Serve a WSGI app (the events API) on a loopback port in a thread."""
 
 import threading

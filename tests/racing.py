@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Releasing several calls at the same instant, for race tests."""
 
 import threading
@@ -5,7 +6,8 @@ import threading
 
 def race(calls, timeout=120):
     """Run each call in its own thread, all released at once by a barrier.
-    Returns per call ('ok', result) or ('error', exception)."""
+    Returns per call ('ok', result) or ('error', exception).
+    """
     barrier = threading.Barrier(len(calls))
     outcomes = [None] * len(calls)
 

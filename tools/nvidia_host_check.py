@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Read-only check of the nvidia driver against this host's GPUs.
 
 What the agent would report (providers, inventories, traits, attach
@@ -74,7 +75,8 @@ def refusals(drv, gpus):
 
 def health(backend, uuid):
     """Telemetry, a health probe, and the XID/ECC events NVML lets us
-    register (one short wait: events are only read, never caused)."""
+    register (one short wait: events are only read, never caused).
+    """
     backend.create_event_set()
     mask = backend.register_events(uuid)
     return {'telemetry': backend.telemetry(uuid),

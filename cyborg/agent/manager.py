@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent's periodic report pass and its RPC endpoint."""
 
 import threading
@@ -40,7 +41,8 @@ def load_drivers(names):
 
 def annotate(devices, nodename):
     """Give each deployable its provider uuid and Cyborg-style attributes
-    (`rc`, `trait0..N`) before the report goes to the conductor."""
+    (`rc`, `trait0..N`) before the report goes to the conductor.
+    """
     for device in devices:
         traits = providers.device_traits(device)
         for dep in device.deployables:
@@ -116,7 +118,8 @@ class AgentManager:
     def _republish(self, driver_name):
         """A driver whose inventories follow what is bound (MIG: what still
         fits) tells Placement before the bind completes, so the next claim
-        is judged on the new layout. True for such drivers."""
+        is judged on the new layout. True for such drivers.
+        """
         if not self._driver(driver_name).inventory_follows_bindings:
             return False
         try:
@@ -235,7 +238,8 @@ class AgentManager:
     def _absorb(self, result, devices=()):
         """Take the conductor's view (claims, exclusions, share modes,
         reclaim requests); True when it changes how devices are
-        classified."""
+        classified.
+        """
         in_use = result.get('in_use', {})
         excluded = set(result.get('excluded', []))
         changed = in_use != self._in_use or excluded != self._excluded
@@ -249,7 +253,8 @@ class AgentManager:
 
     def _set_share_modes(self, devices):
         """Give drivers the share modes operators set (before discovery,
-        like reconcile)."""
+        like reconcile).
+        """
         modes = self.pools.modes_by_name(devices)
         changed = False
         for drv in self.drivers:
@@ -258,7 +263,8 @@ class AgentManager:
 
     def _reconcile(self, in_use):
         """Tell drivers which handles bindings hold; record what they had
-        to re-make. True when a driver changed something."""
+        to re-make. True when a driver changed something.
+        """
         changed = False
         for drv in self.drivers:
             drv_changed, updates = drv.reconcile(in_use)
@@ -271,7 +277,8 @@ class AgentManager:
         """Carry out admitted reclaim requests, fail-closed: the device
         must be Orphaned now, no binding may hold it, Placement must show
         no allocation on its providers, and its driver must agree. True
-        when an outcome changed (it goes into the device's conditions)."""
+        when an outcome changed (it goes into the device's conditions).
+        """
         acted = False
         for device in devices:
             requested = self._reclaims.get(device.cpid_key)

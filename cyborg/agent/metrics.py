@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Prometheus metrics of the agent: GET /metrics on [agent] metrics_listen
 and metrics_port (0: off).
 
@@ -59,7 +60,8 @@ REPORT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 class ReportStats:
     """Durations and outcome of report passes. The agent calls
     `observe_report(seconds)` after each pass (module level, so the
-    manager needs no reference to the metrics server)."""
+    manager needs no reference to the metrics server).
+    """
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -117,7 +119,8 @@ def _uuid(device):
 def _arq_by_instance(handles):
     """MIG instance → the ARQ holding it, from what bindings hold on one
     deployable: keyed by MIG UUID and by (profile, start) (GI ids are
-    reused, placements are not)."""
+    reused, placements are not).
+    """
     out = {}
     for handle in handles or ():
         try:
@@ -142,7 +145,8 @@ def _arq_by_instance(handles):
 
 def _xid_counts(driver, address, uuid):
     """{xid: count} from the driver's health monitor (Driver.health), if it
-    has one: `xid_counts()` → {GPU uuid (or address): {xid: count}}."""
+    has one: `xid_counts()` → {GPU uuid (or address): {xid: count}}.
+    """
     if driver is None or driver.health is None:
         return {}
     try:
@@ -213,7 +217,8 @@ def _put(family, labels, value, scale=1.0):
 
 class AgentCollector:
     """A prometheus_client collector over an AgentManager (anything with
-    `host`, `drivers`, `last_devices` and `last_in_use`)."""
+    `host`, `drivers`, `last_devices` and `last_in_use`).
+    """
 
     def __init__(self, agent, reports=None):
         self.agent = agent
@@ -320,7 +325,8 @@ def make_app(agent, reports=None):
 
 def serve(agent, host='127.0.0.1', port=0):
     """Start serving GET /metrics in a background thread; returns the
-    started ThreadedServer (its `port` is the real one when port=0)."""
+    started ThreadedServer (its `port` is the real one when port=0).
+    """
     server = wsgi_server.ThreadedServer('cyborg-agent-metrics',
                                         make_app(agent), host=host,
                                         port=port, threads=2)

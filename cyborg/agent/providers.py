@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """This host's accelerator resource providers in Placement.
 
 The agent owns one child provider per deployable under the compute-node
@@ -169,7 +170,8 @@ class ProviderSync:
     def _half_made(self, rp, traits):
         """One of ours whose creation stopped before its traits were set:
         our uuid (from our own namespace), under our compute node, and no
-        service's OWNER_* trait. Adopt it rather than strand it."""
+        service's OWNER_* trait. Adopt it rather than strand it.
+        """
         if rp['parent_provider_uuid'] != self.root_uuid:
             return False
         if any(t.startswith('OWNER_') for t in traits):
@@ -191,7 +193,8 @@ class ProviderSync:
 
     def _retire(self, rp_uuid):
         """A device vanished: delete its provider, or fence it while
-        allocations still hold it."""
+        allocations still hold it.
+        """
         try:
             self.client.delete_provider(rp_uuid)
             LOG.info('Deleted provider %s of a vanished device', rp_uuid)

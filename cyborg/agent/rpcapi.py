@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Client side of the agent's RPC API (addressed by the agent's host).
 
 1.0 - resync
@@ -15,14 +16,16 @@ class AgentAPI:
 
     def resync(self, context, host):
         """Ask the agent on `host` for a report pass now (e.g. a device was
-        put into or taken out of maintenance)."""
+        put into or taken out of maintenance).
+        """
         return rpc.best_effort_cast(
             self.client.prepare(server=host, version='1.0'), context,
             'resync')
 
     def prepare(self, context, host, deployable_name, driver_name, handle):
         """Have the driver make `handle` usable; returns attach info
-        updates (or None). Raises what the driver raised."""
+        updates (or None). Raises what the driver raised.
+        """
         return self.client.prepare(server=host, version='1.1').call(
             context, 'prepare', deployable_name=deployable_name,
             driver_name=driver_name, handle=handle)
@@ -30,7 +33,8 @@ class AgentAPI:
     def release(self, context, host, handles):
         """Undo prepare() for handles freed by unbind or delete. Best
         effort: the DB has freed the handles already, and a driver that
-        reconciles (nvidia) undoes a missed release on its next report."""
+        reconciles (nvidia) undoes a missed release on its next report.
+        """
         return rpc.best_effort_cast(
             self.client.prepare(server=host, version='1.1'), context,
             'release', handles=handles)
@@ -38,7 +42,8 @@ class AgentAPI:
     def release_handles(self, context, handles):
         """release() of handles on any hosts: one cast to each handle's
         host (`hostname`, as cyborg.db.arqs.released_handles gives it).
-        Returns whether every cast was sent."""
+        Returns whether every cast was sent.
+        """
         by_host = {}
         for handle in handles:
             by_host.setdefault(handle['hostname'], []).append(handle)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent service: its report loop, RPC server and metrics endpoint."""
 
 from cyborg.agent import manager

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Share pools: a GPU shared by capacity (MPS or time-slice) and the same
 GPU used whole or as MIG instances exclude each other through Placement.
 
@@ -84,7 +85,8 @@ class SharePools:
     def filter(self, devices):
         """Drop the share deployable of a GPU whose pool we do not hold
         (a draining one is kept: bindings still hold shares); add the
-        `Share` condition. Returns devices."""
+        `Share` condition. Returns devices.
+        """
         for device in devices:
             own, share = _split(device)
             if own is None:
@@ -147,7 +149,8 @@ class SharePools:
     def apply(self, devices):
         """Take the pool of each GPU that should be shared, dissolve the
         pools of GPUs that should not. True when the share providers to
-        publish (or a condition) changed."""
+        publish (or a condition) changed.
+        """
         changed = False
         for device in devices:
             own, share = _split(device)

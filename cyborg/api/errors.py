@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Cyborg's error body: {"error_message": "<JSON string of the fault>"}."""
 
 import json
@@ -72,7 +73,8 @@ class ErrorWrapper:
 
 def _call(app, environ):
     """Run a WSGI app: (status, headers, body), as webob's get_response
-    has them, but without building a Response."""
+    has them, but without building a Response.
+    """
     got = []
     written = []
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Requests refused before authentication and routing.
 
 A body larger than any request of this API needs is refused unread (413),

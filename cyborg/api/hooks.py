@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Pecan hooks: the request context every handler authorizes with."""
 
 import pecan

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Prometheus metrics of the API, at GET /metrics ([api] metrics_enabled).
 
     cyborg_api_requests_total{method, route, status}
@@ -157,7 +158,8 @@ def default():
 
 class _Observed:
     """A response body whose status was not known when the app returned
-    (start_response called while iterating): recorded when it closes."""
+    (start_response called while iterating): recorded when it closes.
+    """
 
     def __init__(self, body, done):
         self._body = body

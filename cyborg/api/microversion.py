@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Accelerator API microversions (2.0–2.5), negotiated per request.
 
 History: 2.1 `/project_id` in a bind patch; 2.2 device profile GET by name;

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """WSGI middleware of our own: microversion negotiation and auth selection,
 and cheaper wrappers of oslo.middleware's request id and CORS.
 
@@ -44,7 +45,8 @@ class Microversion:
 
 class NoAuth:
     """Trust identity headers; a request without any acts as an admin with
-    the service role in [api] noauth_project_id (the embedded default)."""
+    the service role in [api] noauth_project_id (the embedded default).
+    """
 
     def __init__(self, app, project_id):
         self.app = app
@@ -74,7 +76,8 @@ class PublicRoutes:
 
 class RequestId(request_id.RequestId):
     """oslo.middleware's request id (the same environ keys, inbound global
-    id check and response header), without its webob round trip."""
+    id check and response header), without its webob round trip.
+    """
 
     def __call__(self, environ, start_response):
         self.set_global_req_id(webob.Request(environ))
@@ -94,7 +97,8 @@ class RequestId(request_id.RequestId):
 class CORS:
     """oslo.middleware's CORS for the requests it can change: those with an
     Origin header, and OPTIONS (answered 200 even without one). The others
-    skip its two webob round trips."""
+    skip its two webob round trips.
+    """
 
     def __init__(self, app, conf):
         self.app = app

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The API pipeline from a paste.deploy file ([api] api_paste_config).
 
 The file's filters are the steps of cyborg.api.app.STEPS, by name, so
@@ -60,7 +61,8 @@ def load(conf=CONF):
 
 def build_api(config_files=None):
     """Parse config, point the DB layer at [database] and build the app
-    (from [api] api_paste_config when set)."""
+    (from [api] api_paste_config when set).
+    """
     config.parse_args([], config_files)
     db_api.configure()
     return load(CONF)

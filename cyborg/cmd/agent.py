@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cyborg-agent: one per compute host; discovers and reports devices."""
 
 import sys

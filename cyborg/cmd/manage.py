@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cyborg-manage: operator commands.
 
     cyborg-manage [--config-file PATH] db sync [REVISION]
@@ -25,7 +26,8 @@ from cyborg.conf import CONF
 
 def db_sync(revision='head'):
     """Upgrade [database] connection to `revision`; returns the revision
-    reached."""
+    reached.
+    """
     from cyborg.db import migration
     migration.upgrade(revision)
     return migration.version()
@@ -92,7 +94,8 @@ _GLOBAL_WITH_VALUE = ('--config-file', '--config-dir', '--log-file',
 
 def _globals_first(argv):
     """Move oslo's global options in front of the sub-command, so that
-    `cyborg-manage db sync --config-file X` works as well."""
+    `cyborg-manage db sync --config-file X` works as well.
+    """
     front, rest = [], []
     args = iter(argv)
     for arg in args:

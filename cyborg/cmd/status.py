@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cyborg-status upgrade check: is this deployment ready to run this code?
 
 Exit code 0 = success, 1 = warning, 2 = failure (oslo.upgradecheck).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Combining concurrent callers' work into batches.
 
 Callers hand in items; whichever caller finds nobody working runs the work
@@ -28,7 +29,8 @@ class Combiner:
     def __init__(self, work, after=None):
         """work(items): processes one batch and handles its own errors;
         one it lets through is logged, and the next batch still runs.
-        after(): runs after each batch (e.g. to wake a notifier)."""
+        after(): runs after each batch (e.g. to wake a notifier).
+        """
         self._work = work
         self._after = after
         self._lock = threading.Lock()
@@ -38,7 +40,8 @@ class Combiner:
     def run(self, items, wait=True):
         """Returns once `items` went through work() (by us or another);
         with wait=False, at once if another caller is working (it takes
-        our items too)."""
+        our items too).
+        """
         ticket = _Ticket(list(items))
         with self._lock:
             self._queued.append(ticket)

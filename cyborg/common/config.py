@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Configuration and logging set-up shared by every process's start-up."""
 
 import warnings

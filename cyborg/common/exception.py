@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Domain exceptions. Each carries the HTTP status the API answers with.
 
 Deliberately unlike Cyborg, no client mistake maps to 500: every class here

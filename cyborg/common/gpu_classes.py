@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Resource classes that measure a part of one GPU rather than count
 accelerators.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """keystoneauth Adapters for the services we call ([placement], [nova]).
 
 Each conf group carries keystoneauth's session, auth and adapter options.
@@ -19,7 +20,8 @@ NOAUTH2_TOKEN = 'admin'
 
 class NoAuth2(noauth.NoAuth):
     """No Keystone; the token says who we are to a noauth2 service
-    (`user[:project]`, `admin` being the admin user)."""
+    (`user[:project]`, `admin` being the admin user).
+    """
 
     def __init__(self, endpoint=None, token=NOAUTH2_TOKEN):
         super().__init__(endpoint=endpoint)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A device's phase and management state, settled by the agent before each
 report from what the driver observed and what the conductor knows.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A background thread that runs a pass every `interval` seconds, or at
 once when woken (an RPC asked for it), until stopped."""
 
@@ -16,7 +17,8 @@ class Loop:
         setup(stopped): runs once first (may wait on `stopped`); returning
         False ends the loop. min_gap: a pass woken early still starts no
         sooner than this many seconds after the previous one ended, so a
-        burst of wake-ups costs one pass, not one each."""
+        burst of wake-ups costs one pass, not one each.
+        """
         self.name = name
         self.body = body
         self.interval = interval

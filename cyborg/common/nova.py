@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Telling Nova that ARQs are bound: `accelerator-request-bound` events.
 
 One POST /os-server-external-events per batch, compute microversion 2.82,
@@ -37,7 +38,8 @@ class NovaNotifier:
 
     def send(self, events):
         """Deliver events; True once Nova answered (200/207 or a 4xx that a
-        retry cannot fix), False if it stayed unreachable too long."""
+        retry cannot fix), False if it stayed unreachable too long.
+        """
         if not events:
             return True
         deadline = time.monotonic() + self.give_up_after

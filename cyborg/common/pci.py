@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PCI ids and names shared by drivers and trait naming."""
 
 import re

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Running a service in the foreground until SIGINT/SIGTERM."""
 
 import gc

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A threaded WSGI server (cheroot) running in a background thread."""
 
 import threading
@@ -41,7 +42,8 @@ class ThreadedServer:
 
     def start(self):
         """Bind and listen (so the port is known and accepting on return),
-        then serve in a thread."""
+        then serve in a thread.
+        """
         self._server.prepare()
         self._thread = threading.Thread(target=self._serve,
                                         name='%s-server' % self.name,

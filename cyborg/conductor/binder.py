@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Binding ARQs after the API moved them to BindStarted, and telling Nova.
 
 bind(): claim a handle, let the device's agent prepare it, record Bound or
@@ -29,7 +30,8 @@ LOG = log.getLogger(__name__)
 
 def _reason(exc):
     """The message of an exception raised in an agent, without the remote
-    traceback oslo.messaging appends."""
+    traceback oslo.messaging appends.
+    """
     if isinstance(getattr(exc, 'value', None), str):
         return exc.value                      # messaging.RemoteError
     if exc.args and isinstance(exc.args[0], str):
@@ -72,7 +74,8 @@ class Binder:
         slow or unreachable agent holds back only its ARQs), and outcomes
         are recorded in batches too; the notifier, woken after each, sends
         them. Returns once every outcome is recorded, or with wait=False
-        (the RPC cast) as soon as the ARQs are in someone's hands."""
+        (the RPC cast) as soon as the ARQs are in someone's hands.
+        """
         arq_uuids = list(arq_uuids)
         self._claims.run(((context, uuid) for uuid in arq_uuids), wait=wait)
         if wait:
@@ -124,7 +127,8 @@ class Binder:
 
     def _prepare(self, context, uuid, claim):
         """The driver's prepare() on the device's agent, then the outcome
-        recorded (in a batch with others that ended meanwhile)."""
+        recorded (in a batch with others that ended meanwhile).
+        """
         try:
             info = self.agent_api.prepare(
                 context, claim['device']['hostname'],
@@ -173,7 +177,8 @@ class Binder:
         """Devices are claimed now: the agents of drivers that follow
         bindings re-settle their lifecycle (Managed, Passthrough) on a pass
         of their own. Other drivers' devices show Managed from their next
-        periodic pass."""
+        periodic pass.
+        """
         hosts = {}
         for o in bound:
             if drivers.follows_bindings(o.claim['deployable']['driver_name']):
@@ -188,7 +193,8 @@ class Binder:
         """Have each freed handle's agent undo what prepare() did: handles
         a failed bind gave back, or an unbind or delete freed (the API
         casts those here, release_handles). Best effort: the DB has freed
-        them already."""
+        them already.
+        """
         try:
             self.agent_api.release_handles(context, handles)
         except Exception as e:
@@ -198,7 +204,8 @@ class Binder:
     def recover(self, older_than=None, wait=True):
         """Re-drive ARQs left in BindStarted: all of them at start (a
         previous conductor died), then periodically those stuck longer than
-        any bind takes (a lost message, a DB outage)."""
+        any bind takes (a lost message, a DB outage).
+        """
         context = cyborg_context.get_admin_context()
         stuck = bindings.bind_started(older_than)
         for instance, uuids in stuck.items():

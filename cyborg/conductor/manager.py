@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Server side of the conductor's RPC API."""
 
 from oslo_db import api as oslo_db_api
@@ -29,7 +30,8 @@ class ConductorManager:
 
     def release_handles(self, context, handles):
         """Handles an unbind or delete freed: their agents undo what
-        prepare() did."""
+        prepare() did.
+        """
         self.binder.release(context, handles)
 
     @oslo_db_api.wrap_db_retry(max_retries=5, retry_on_deadlock=True,
@@ -54,6 +56,7 @@ class ConductorManager:
 
     def update_handles(self, context, updates):
         """An agent re-made what a binding holds (e.g. a MIG instance
-        after a reboot): record its new attach info."""
+        after a reboot): record its new attach info.
+        """
         for handle_uuid, info in updates.items():
             bindings.update_handle_info(handle_uuid, info)

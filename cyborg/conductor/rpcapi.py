@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Client side of the conductor's RPC API.
 
 1.0 - report_data
@@ -33,7 +34,8 @@ class ConductorAPI:
     def bind_arqs(self, context, arq_uuids):
         """Bind ARQs the API moved to BindStarted; answers nothing. With
         the broker down the ARQs stay BindStarted (stored already) and the
-        conductors' sweep re-drives them: returns False then."""
+        conductors' sweep re-drives them: returns False then.
+        """
         return rpc.best_effort_cast(self.client.prepare(version='1.1'),
                                     context, 'bind_arqs',
                                     arq_uuids=arq_uuids)

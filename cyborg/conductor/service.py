@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conductor service: RPC server, binder (Nova events) and start-up
 recovery."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Configuration options, registered once on the global CONF."""
 
 from oslo_config import cfg

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Options of the agent, its drivers and Placement reporting."""
 
 from oslo_config import cfg

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Accelerator request (ARQ) storage.
 
 State changes are conditional UPDATEs (`WHERE state IN (...)`), so two
@@ -75,7 +76,8 @@ def create(device_profile_id, counts, project_id):
 def create_from_profile(name, plan, project_id):
     """create() for the profile named `name`, in one transaction with the
     profile's read: `plan(profile)` gives the counts per group (and may
-    raise, leaving nothing written)."""
+    raise, leaving nothing written).
+    """
     try:
         with api.writer() as session:
             dp = dp_db.find_by_name(session, name)
@@ -127,7 +129,8 @@ def _list_statement(by_project, by_instance, by_states, after_marker,
 def list_(project_id=None, instance_uuid=None, states=None, limit=None,
           marker=None):
     """One query (two with a marker): ARQs with their profile's name and
-    attach handle, in id order."""
+    attach handle, in id order.
+    """
     with api.reader() as session:
         params = api.bounds(session, ARQ, limit, marker)
         if project_id is not None:
@@ -189,7 +192,8 @@ def _require_all(session, uuids, project_id):
 @functools.lru_cache(maxsize=None)
 def _transition_statement(target, allowed, keys):
     """UPDATE of one ARQ (bound `arq_uuid`) from `allowed` to `target`, with
-    the columns `keys` (bound as `v_<key>`), built once per shape."""
+    the columns `keys` (bound as `v_<key>`), built once per shape.
+    """
     return ARQ.update().where(
         ARQ.c.uuid == sa.bindparam('arq_uuid'), ARQ.c.state.in_(allowed)
     ).values(state=target, **{k: sa.bindparam('v_' + k) for k in keys})
@@ -286,7 +290,8 @@ def unbind(uuids, project_id=None):
 
 def _free_handles(session, arq_rows):
     """Mark the ARQs' attach handles free; return what the agents must
-    release (see released_handles)."""
+    release (see released_handles).
+    """
     return free_handles(session, [r['attach_handle_id'] for r in arq_rows
                                   if r['attach_handle_id'] is not None])
 
@@ -309,7 +314,8 @@ def free_handles(session, handle_ids):
 
 def released_handles(session, handle_ids):
     """Handle, deployable and host of each handle: what an agent's
-    release() needs."""
+    release() needs.
+    """
     return [dict(r) for r in session.execute(
         sa.select(AH.c.uuid, AH.c.attach_type, AH.c.attach_info,
                   DEPLOYABLE.c.name.label('deployable_name'),

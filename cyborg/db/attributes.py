@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Deployable attributes (key/value pairs such as `rc` and `trait0`)."""
 
 from oslo_db import exception as db_exc

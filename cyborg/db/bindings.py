@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conductor's side of binding an ARQ: claim an attach handle, record
 the outcome, and remember which outcomes Nova has not heard of yet.
 
@@ -32,7 +33,8 @@ BIND_STATUS = {'Bound': 'completed', 'BindFailed': 'failed',
 
 def transient(exc):
     """A DB error worth retrying (a busy SQLite, a lost connection), as
-    opposed to a constraint that will fail again."""
+    opposed to a constraint that will fail again.
+    """
     return (isinstance(exc, db_exc.DBError)
             and not isinstance(exc, (db_exc.DBDuplicateEntry,
                                      db_exc.DBReferenceError,
@@ -157,7 +159,8 @@ def _columns(row, table):
 
 def _request_group(profile_json, index):
     """The device-profile group the ARQ was made from: what the driver
-    needs to know to prepare the handle (e.g. which MIG size)."""
+    needs to know to prepare the handle (e.g. which MIG size).
+    """
     groups = json.loads(profile_json)['groups'] if profile_json else []
     return groups[index] if index < len(groups) else {}
 
@@ -275,7 +278,8 @@ def _finish(session, arq_uuid, reason):
 
 def bind_started(older_than=None):
     """ARQs a conductor must (re-)drive, grouped by instance; with
-    older_than (seconds), only those stuck in BindStarted that long."""
+    older_than (seconds), only those stuck in BindStarted that long.
+    """
     query = sa.select(ARQ.c.uuid, ARQ.c.instance_uuid).where(
         ARQ.c.state == 'BindStarted')
     if older_than is not None:

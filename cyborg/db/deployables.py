@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Deployable reads, with their attributes fetched in one extra query."""
 
 import sqlalchemy as sa

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Device profile storage: explicit queries, one transaction per call."""
 
 import functools
@@ -20,7 +21,8 @@ _COLUMNS = (DP.c.id, DP.c.uuid, DP.c.name, DP.c.description,
 def _decode(row, profile=None):
     """A row of _COLUMNS as a dict; `profile` is its profile_json when the
     caller has decoded it already. (Plain tuples unpack faster than
-    SQLAlchemy's mappings, which counted on 200-item lists.)"""
+    SQLAlchemy's mappings, which counted on 200-item lists.)
+    """
     id_, uuid, name, description, profile_json, created_at, updated_at = row
     if profile is None:
         profile = json.loads(profile_json)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Device reads and what operators ask of devices: maintenance,
 exclusion, reclaim."""
 
@@ -79,7 +80,8 @@ def _orphan_pending(row):
 def request_reclaim(uuid, now=None):
     """Admit a reclaim request: for an Orphaned device, or one whose orphan
     wait is running (held until it ends); refused naming the state
-    otherwise. A repeated request keeps the first one's time."""
+    otherwise. A repeated request keeps the first one's time.
+    """
     with api.writer() as session:
         row = _locked(session, uuid)
         if row['management_state'] != 'Orphaned' and not _orphan_pending(

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A host's devices as the conductor keeps them: load, diff, apply.
 
 `apply_report` compares an agent's report with the DB rows of that host in
@@ -310,7 +311,8 @@ def _remove_device(session, writes, current):
 def in_use_handles(hostname):
     """{deployable name: [{uuid, attach_info, arq_uuid, instance_uuid}]} of
     the host's handles that bindings hold: what its agent must treat as
-    owned (e.g. MIG instances)."""
+    owned (e.g. MIG instances).
+    """
     query = (sa.select(HANDLE.c.uuid, HANDLE.c.attach_info,
                        DEPLOYABLE.c.name, ARQ.c.uuid.label('arq_uuid'),
                        ARQ.c.instance_uuid)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Schema migrations (alembic), run by `cyborg-manage db sync`."""
 
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tables. Shapes follow Cyborg's schema (contract §5); constraints are
 tightened so that invalid data cannot be stored, and every column an API
 filter reads has an index.
@@ -6,8 +7,8 @@ filter reads has an index.
 import datetime
 
 import sqlalchemy as sa
-from sqlalchemy import orm
 from sqlalchemy.dialects import mysql
+from sqlalchemy import orm
 
 from cyborg.common import lifecycle
 

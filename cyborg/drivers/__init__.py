@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Accelerator drivers; loaded by name from the cyborg.accelerator.driver
 entry points."""
 
@@ -13,7 +14,8 @@ NAMESPACE = 'cyborg.accelerator.driver'
 @functools.lru_cache(maxsize=None)
 def driver_class(driver_name):
     """A driver's class, without instantiating it (the conductor has no
-    devices, nor their libraries); None when no such driver exists."""
+    devices, nor their libraries); None when no such driver exists.
+    """
     try:
         return stevedore_driver.DriverManager(
             NAMESPACE, driver_name, invoke_on_load=False).driver
@@ -34,5 +36,6 @@ def handle_picker(driver_name):
 
 def follows_bindings(driver_name):
     """Whether a binding changes what the driver's devices look like
-    (inventories, fit traits, lifecycle), so its agent must look again."""
+    (inventories, fit traits, lifecycle), so its agent must look again.
+    """
     return bool(_class_or_base(driver_name).inventory_follows_bindings)

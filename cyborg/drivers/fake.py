@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A driver that reports the devices described in a host spec (YAML).
 
 It lets every flow run without hardware: `cyborg-aio` uses

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Generic PCI driver: devices picked by a Nova-style device_spec from sysfs.
 
 Each matching function becomes a device with one deployable and one PCI

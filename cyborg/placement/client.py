@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A thin Placement client over a keystoneauth Adapter.
 
 Each method is one HTTP call. Generation conflicts surface as
@@ -146,7 +147,8 @@ class PlacementClient:
                         consumer_generation=None, consumer_type=None):
         """Replace a consumer's allocations ({rp uuid: {rc: amount}}),
         atomically: Placement refuses (409) the whole set when any provider
-        lacks the capacity, or when the consumer changed meanwhile."""
+        lacks the capacity, or when the consumer changed meanwhile.
+        """
         body = {'allocations': {rp: {'resources': res}
                                 for rp, res in allocations.items()},
                 'project_id': project_id, 'user_id': user_id,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Policy defaults, one module per resource."""
 
 import itertools

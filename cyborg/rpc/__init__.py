@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """oslo.messaging plumbing: one transport per process, threading executor.
 
 `inproc://` (cyborg.rpc.inproc, in-process) in the embedded stack,
@@ -69,7 +70,8 @@ def get_server(topic, endpoints, server=None):
 def get_client(topic, version, server=None, timeout=None, version_cap=None):
     """An RPC client; version_cap (e.g. from [upgrade_levels]) is the
     highest version its messages may carry, for servers not yet
-    upgraded."""
+    upgraded.
+    """
     target = messaging.Target(topic=topic, server=server, version=version)
     return messaging.get_rpc_client(get_transport(), target,
                                     serializer=ContextSerializer(),

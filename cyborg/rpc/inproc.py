@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """oslo.messaging's in-process transport for the embedded stack, without
 the wait: the library's fake driver lets a listener sleep 50 ms between
 looks at its queues, and a bind crosses two of them (API → conductor →

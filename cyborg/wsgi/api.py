@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """WSGI entry point for uWSGI, gunicorn or mod_wsgi:
 `cyborg.wsgi.api:application`. Reads /etc/cyborg/cyborg.conf, or the file
 named by CYBORG_CONFIG_FILE; the middleware pipeline comes from

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A WSGI app that does nothing: ``GET /`` answers 200 ``{}``.
 
 Served by the same uWSGI set-up as the API (cyborg-bench side-by-side),

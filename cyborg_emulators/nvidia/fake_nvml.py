@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A fake libnvidia-ml under the real nvidia-ml-py bindings.
 
 Why at the C level: pynvml's own wrappers keep running, so struct layouts,
@@ -177,7 +178,8 @@ def _parse_bus_id(text):
 
 def _check_room(array, needed):
     """NVML writes `needed` entries whatever the caller's count says; a
-    shorter array is memory corruption on a real host (seen as a crash)."""
+    shorter array is memory corruption on a real host (seen as a crash).
+    """
     if len(array) < needed:
         raise BufferError('NVML would write %d entries into a %d-entry '
                           'array' % (needed, len(array)))
@@ -367,7 +369,8 @@ class _Gpu:
 
     def placement_error(self, profile, start, taken):
         """Why `profile` cannot start at `start` next to `taken`
-        [(profile, start)], as an NVML code; 0 when it fits."""
+        [(profile, start)], as an NVML code; 0 when it fits.
+        """
         if start not in profile.starts:
             return N.NVML_ERROR_INVALID_ARGUMENT
         span = set(range(start, start + profile.size))
@@ -695,7 +698,8 @@ class FakeNvml:
     def fail(self, name, code=N.NVML_ERROR_NOT_SUPPORTED, uuid=None,
              times=None):
         """Make a C symbol, or every symbol behind a pynvml wrapper name,
-        return `code` (for one GPU/MIG UUID, `times` calls or for good)."""
+        return `code` (for one GPU/MIG UUID, `times` calls or for good).
+        """
         with self._lock:
             self._failures.append({'symbols': c_symbols(name), 'code': code,
                                    'uuid': uuid, 'times': times})
@@ -706,7 +710,8 @@ class FakeNvml:
 
     def reboot(self):
         """Host reboot: GIs/CIs and processes vanish; a pending MIG mode
-        applies on Ampere, Hopper+ comes back with MIG disabled."""
+        applies on Ampere, Hopper+ comes back with MIG disabled.
+        """
         with self._lock:
             for gpu in self._gpus:
                 self._reset(gpu, reboot=True)
@@ -768,7 +773,8 @@ class FakeNvml:
 
     def ecc_error(self, uuid, uncorrected=True):
         """One ECC error: counters, a pending row remap (uncorrected) and
-        the matching event."""
+        the matching event.
+        """
         with self._lock:
             gpu = self._gpu(uuid)
             kind = 'uncorrected' if uncorrected else 'corrected'
@@ -796,7 +802,8 @@ class FakeNvml:
 
     def create_gi(self, uuid, profile_id, start, compute_instance=True):
         """Pre-create a GI (and a full CI) that no agent knows about.
-        Returns (gi_id, MIG UUID or None); NVML's rules apply."""
+        Returns (gi_id, MIG UUID or None); NVML's rules apply.
+        """
         with self._lock:
             gpu = self._gpu(uuid)
             try:
@@ -831,7 +838,8 @@ class FakeNvml:
 
     def load_state(self, state):
         """Replace mutable state with a to_state() snapshot; old GI/CI
-        handles go stale, MIG UUIDs and ids are kept."""
+        handles go stale, MIG UUIDs and ids are kept.
+        """
         with self._lock:
             for uuid, saved in state.get('gpus', {}).items():
                 try:
@@ -868,7 +876,8 @@ class FakeNvml:
 class _Library:
     """The C symbols.  Each method is named like the symbol, receives the
     wrapper's ctypes arguments with handles already resolved to fake
-    objects, and returns None (success) or raises _Return."""
+    objects, and returns None (success) or raises _Return.
+    """
 
     def __init__(self, fake):
         self.fake = fake

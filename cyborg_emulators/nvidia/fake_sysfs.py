@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A fake /sys for NVIDIA GPUs and a whole fake GPU host built from a spec.
 
 Driver binding, SR-IOV and IOMMU state live in sysfs, not in NVML, so tests
@@ -157,7 +158,8 @@ class _Tree:
 
     def add_mdevs(self, pf, count):
         """A PF carved into vGPUs by someone else (e.g. Nova's vGPU
-        support): a supported type and `count` mdevs under the PF."""
+        support): a supported type and `count` mdevs under the PF.
+        """
         types = self.dev(pf, 'mdev_supported_types', 'nvidia-1')
         os.makedirs(types, exist_ok=True)
         _write(os.path.join(types, 'name'), 'GRID H200-1-18C')
@@ -181,7 +183,8 @@ class _Tree:
 class FakeSysfs(sysfs.Sysfs):
     """Sysfs over a fake tree.  rebind() runs the base class unchanged
     (driver_override, unbind, drivers_probe, then its post-condition);
-    driver() plays the kernel by applying those control-file writes."""
+    driver() plays the kernel by applying those control-file writes.
+    """
 
     def __init__(self, root):
         super().__init__(root)
@@ -234,7 +237,8 @@ class FakeSysfs(sysfs.Sysfs):
 class FakeGpuHost:
     """A fake sysfs tree under `root` plus a FakeNvml that sees only GPUs
     bound to `nvidia`.  With `state_file`, NVML state is loaded at install
-    and saved after every change, so it survives an agent restart."""
+    and saved after every change, so it survives an agent restart.
+    """
 
     def __init__(self, spec, root, state_file=None):
         section = spec.get('nvidia', spec)
@@ -285,7 +289,8 @@ class FakeGpuHost:
 
     def _group_numbers(self):
         """IOMMU group numbers not claimed by the spec, ascending (None
-        for ever without an IOMMU)."""
+        for ever without an IOMMU).
+        """
         used = {g['iommu_group'] for g in self.gpus if 'iommu_group' in g}
         n = 0
         while True:
@@ -306,7 +311,8 @@ class FakeGpuHost:
 
     def install(self):
         """Serve NVML from the fake, and let every Sysfs opened on this
-        root (sysfs.for_root) act on the fake tree."""
+        root (sysfs.for_root) act on the fake tree.
+        """
         if self.state_file and os.path.exists(self.state_file):
             with open(self.state_file) as f:
                 self.nvml.load_state(json.load(f))

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Agent → conductor over oslo.messaging (in-process fake:// transport),
 then Placement; and device disable/enable through the API fencing the
 device's provider via the agent."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Distributed mode: cyborg-api (gunicorn), cyborg-conductor and
 cyborg-agent as separate processes over RabbitMQ and MariaDB, with
 Placement as its own process. The agent's report lands in the DB (seen
@@ -17,7 +18,8 @@ from tests import dbs
 @pytest.fixture
 def deployment(tmp_path):
     """The harness's distributed deployment on a throw-away MariaDB
-    database and a RabbitMQ virtual host of its own."""
+    database and a RabbitMQ virtual host of its own.
+    """
     broker = rabbit.Broker()
     if not broker.reachable():
         dbs.unavailable('RabbitMQ is not reachable at %s:%d'

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The fake driver (host specs) and the pci driver (over fake sysfs trees)."""
 
 import logging

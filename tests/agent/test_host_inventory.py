@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conductor's diff of an agent report against the DB, on every
 backend: additions, changes and removals, and no writes when nothing
 changed."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent's Prometheus metrics over the fake NVML: what a scrape of
 /metrics says matches the fake GPUs' state, MIG instances included, with a
 process's memory attributed to the ARQ that holds its MIG instance."""
@@ -231,7 +232,8 @@ def test_scrape_matches_the_fake_gpus(host):
 
 def test_mig_instance_maps_to_its_arq_by_placement(host):
     """A MIG UUID the DB does not know yet (re-created after a reboot)
-    still maps to the ARQ through its recorded profile and placement."""
+    still maps to the ARQ through its recorded profile and placement.
+    """
     drv = _driver(host)
     drv.discover()
     info = drv.prepare(GPU2, _handle(GPU2, 'h200-mig-3g-71gb'))

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Provider sync against the real Placement service (in-process)."""
 
 import threading
@@ -243,7 +244,8 @@ def test_waiting_stops_when_asked(placement_service):
 def test_half_created_provider_is_completed(host):
     """A pass that dies after creating a provider but before tagging it
     (Placement error, agent restart): the next pass adopts and finishes
-    it instead of leaving it stranded as someone else's."""
+    it instead of leaving it stranded as someone else's.
+    """
     client = host['client']
     original = client.put_traits
     failures = []

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Asynchronous binding end to end in one process: API PATCH → conductor
 (claim handle, agent prepare) → Bound/BindFailed → events to "Nova"; plus
 races, crash recovery, unbind/release and an unreachable Nova."""
@@ -53,7 +54,8 @@ class RecordingDriver(fake.FakeDriver):
 @pytest.fixture
 def nova_server():
     """Nova's events API (the harness's: nova_cyborg_client's receiver,
-    recording every event); [nova] points at it."""
+    recording every event); [nova] points at it.
+    """
     events = harness_nova.NovaEvents()
     embedded.point_at('nova', events.url)
     yield events
@@ -64,7 +66,8 @@ class Stack(embedded.Embedded):
     """The harness's embedded deployment: agent (with `driver`),
     conductor and API app in this process, over the fake transport,
     reporting into the real Placement; driven here the way Nova drives
-    it, through the app without HTTP."""
+    it, through the app without HTTP.
+    """
 
     def __init__(self, placement_service, nova_app, driver=None,
                  stale_after=1.0, rpc_timeout=10):
@@ -273,7 +276,8 @@ def test_unbind_and_delete_release_the_handle(stack):
 
 def test_conductor_down_between_bind_started_and_bound(stack):
     """The PATCH is accepted while no conductor runs (its cast is lost, as
-    when a conductor dies mid-way); the next conductor re-drives it."""
+    when a conductor dies mid-way); the next conductor re-drives it.
+    """
     stack.profile('gpu', [{'resources:PGPU': '1'}])
     stack.stop_conductor()
     [arq] = stack.create_arqs('gpu')
@@ -290,7 +294,8 @@ def test_conductor_down_between_bind_started_and_bound(stack):
 
 def test_events_wait_for_nova_to_come_back(sqlite_database):
     """Nova's endpoint refuses connections at first; the event is kept
-    pending and delivered once Nova listens."""
+    pending and delivered once Nova listens.
+    """
     port = net.free_port()
     CONF.set_override('auth_type', 'none', group='nova')
     CONF.set_override('endpoint_override', 'http://127.0.0.1:%d' % port,
@@ -310,7 +315,8 @@ def test_events_wait_for_nova_to_come_back(sqlite_database):
 
 def test_all_422_answer_is_delivered(sqlite_database):
     """Nova knows the instance but it is on no host yet: 207, every event
-    422. Delivered all the same (Nova polls the ARQs before waiting)."""
+    422. Delivered all the same (Nova polls the ARQs before waiting).
+    """
     nova_events = harness_nova.NovaEvents()
     instance = str(uuid.uuid4())
     nova_events.receiver.instances.add(instance)     # no host yet
@@ -328,7 +334,8 @@ def test_all_422_answer_is_delivered(sqlite_database):
 def test_conductor_dies_after_claiming_a_handle(stack):
     """A conductor that claimed a handle and died before Bound: the next
     one re-drives the ARQ with the handle it already holds (no second
-    handle taken, none leaked)."""
+    handle taken, none leaked).
+    """
     from cyborg.db import bindings
     stack.profile('fpga', [{'resources:FPGA': '1'}])
     stack.stop_conductor()
@@ -351,7 +358,8 @@ def test_conductor_dies_after_claiming_a_handle(stack):
 
 def test_lost_bind_message_is_re_driven_by_the_sweep(stack, monkeypatch):
     """The conductor is up but the bind cast never reaches it (a broker
-    hiccup): the periodic sweep picks the stuck ARQ up."""
+    hiccup): the periodic sweep picks the stuck ARQ up.
+    """
     stack.profile('gpu', [{'resources:PGPU': '1'}])
     [arq] = stack.create_arqs('gpu')
     monkeypatch.setattr(conductor_rpcapi.ConductorAPI, 'bind_arqs',
@@ -366,7 +374,8 @@ def test_lost_bind_message_is_re_driven_by_the_sweep(stack, monkeypatch):
 
 def test_binds_arriving_together_are_one_batch(stack, monkeypatch):
     """ARQs handed to the binder at once share one claim transaction and
-    one Nova POST; each keeps its own outcome."""
+    one Nova POST; each keeps its own outcome.
+    """
     from cyborg.db import bindings
     stack.profile('gpu', [{'resources:PGPU': '1'}])
     stack.stop_conductor()
@@ -416,7 +425,8 @@ def test_binds_arriving_together_are_one_batch(stack, monkeypatch):
 def test_a_claim_that_lost_its_arq_gives_the_handle_back(stack):
     """The ARQ changed between the read and the conditional UPDATE (a
     re-drive racing the queued message, on a database that does not lock
-    the whole file): the handle just taken is free again."""
+    the whole file): the handle just taken is free again.
+    """
     from cyborg.db import bindings
     stack.profile('fpga', [{'resources:FPGA': '1'}])
     stack.stop_conductor()
@@ -441,7 +451,8 @@ def test_an_arq_that_breaks_its_batch_does_not_hold_back_the_others(
     """A claim transaction that fails for a reason retrying cannot mend
     (here: a stand-in error for one ARQ) is retried one ARQ at a time:
     the others bind, only the broken one stays BindStarted for the
-    sweep."""
+    sweep.
+    """
     from cyborg.db import bindings
     stack.profile('fpga', [{'resources:FPGA': '1'}])
     stack.stop_conductor()
@@ -474,7 +485,8 @@ def test_an_arq_that_breaks_its_batch_does_not_hold_back_the_others(
 def test_a_slow_prepare_holds_back_only_its_own_arq(stack):
     """Two ARQs claimed in one batch, one on a device whose prepare hangs
     (an agent gone quiet, a slow MIG create): the other is Bound and its
-    event sent meanwhile."""
+    event sent meanwhile.
+    """
     stack.profile('gpu', [{'resources:PGPU': '1'}])
     stack.stop_conductor()
     slow, fast = '0000:1b:00.0', '0000:43:00.0'

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Binding GPU profiles through the API, conductor and agent with the real
 nvidia driver over the fake NVML: MIG instances made at bind and destroyed
 at unbind, Placement told what still fits, failures as BindFailed with the
@@ -90,7 +91,8 @@ def test_mig_profiles_bind_as_one_arq_each_and_pack(stack):
 
 def test_unplaceable_claim_fails_with_reason_and_event(stack):
     """Two 3g fill the memory slices; a 1g that a stale Placement view
-    granted cannot be placed: BindFailed, a failed event, no overlap."""
+    granted cannot be placed: BindFailed, a failed event, no overlap.
+    """
     boot(stack, 'h200-mig-3g-71gb')
     boot(stack, 'h200-mig-3g-71gb')
     _, instance, [failed] = boot(stack, 'h200-mig-1g-18gb')

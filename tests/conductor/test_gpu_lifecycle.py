@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Device lifecycle through the agent, conductor and API with the real
 nvidia driver over the fake NVML and sysfs: phases, management states and
 their fencing in Placement, the 2-minute orphan wait (injected clock),
@@ -25,7 +26,8 @@ V24 = dict(test_binding.NOVA_HEADERS, **{
 
 class Clock:
     """The agent's clock, moved by hand (starts at the real monotonic
-    time)."""
+    time).
+    """
 
     def __init__(self):
         self.now = time.monotonic()
@@ -189,7 +191,8 @@ def test_reclaim_during_orphan_wait_is_held_then_done(stack):
 
 def test_reclaim_is_fail_closed_on_allocations(stack):
     """Orphaned, yet Placement holds an allocation on it (a claim whose ARQ
-    is not bound yet): the reclaim is refused and nothing is touched."""
+    is not bound yet): the reclaim is refused and nothing is touched.
+    """
     rp = stack.rp(COMPUTE)
     r = stack.placement.adapter.put(
         '/allocations/%s' % uuid.uuid4(), microversion='1.28', json={
@@ -231,7 +234,8 @@ def test_orphan_mig_instances_are_reclaimed(stack):
 
 def health_pass(stack):
     """Deliver pending NVML events (the agent's thread does this), then a
-    report pass."""
+    report pass.
+    """
     while stack.driver.health.poll_once(0) is not None:
         pass
     stack.agent.report_once(full=True)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Sharing a GPU by capacity (MPS / time-slice) through the API, agent,
 conductor and Placement with the nvidia driver over the fake NVML: the
 `_share` provider's totals, one ARQ per share bound through it, Placement

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Rows for DB tests, inserted straight into the tables of cyborg.db.models.
 
 The service fills devices, deployables, control-path ids and attach handles

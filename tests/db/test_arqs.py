@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cyborg.db.arqs on every backend."""
 
 from oslo_utils import uuidutils

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Real races on every backend: two threads, released together by a
 barrier, each on its own connection and transaction.
 """
@@ -14,8 +15,8 @@ from cyborg.common import exception
 from cyborg.db import api
 from cyborg.db import arqs
 from cyborg.db import device_profiles
-from tests import racing
 from tests.db import seed
+from tests import racing
 
 ROUNDS = 10
 
@@ -53,7 +54,8 @@ def test_start_bind_race_has_one_winner(database):
 def test_start_bind_race_same_instance(database):
     """Two identical PATCHes (a retried request): one wins, the other is a
     client error - ARQBadState, or PatchError where it already sees the
-    winner's instance - never a second bind."""
+    winner's instance - never a second bind.
+    """
     dp = seed.profile()
     for _ in range(ROUNDS):
         made = arqs.create(dp['id'], [2], 'p')
@@ -107,7 +109,8 @@ def _orphans():
 
 def test_delete_profile_races_arq_create(database):
     """Deleting a profile while ARQs are created from it: exactly one side
-    wins, and no ARQ ever points at a profile that is gone."""
+    wins, and no ARQ ever points at a profile that is gone.
+    """
     wins = {'delete': 0, 'create': 0}
     for i in range(ROUNDS):
         name = 'race-%d' % i
@@ -138,7 +141,8 @@ def test_delete_profile_races_arq_create(database):
 @pytest.mark.parametrize('rounds', [ROUNDS])
 def test_unbind_races_delete(database, rounds):
     """Unbind and delete of one bound ARQ: the handle ends up free and the
-    ARQ either gone or Unbound, whichever order they ran in."""
+    ARQ either gone or Unbound, whichever order they ran in.
+    """
     dp = seed.profile()
     for _ in range(rounds):
         (arq,) = arqs.create(dp['id'], [1], 'p')
@@ -161,7 +165,8 @@ def test_unbind_races_delete(database, rounds):
 def test_reader_inside_writer_does_not_block(database):
     """A read on its own transaction while this thread's writer is open
     (SQLite writers hold the write lock from BEGIN; readers must not
-    queue behind it)."""
+    queue behind it).
+    """
     dp = seed.profile('outer')
     with api.writer() as session:
         session.execute(seed.DP.update().where(seed.DP.c.id == dp['id'])
@@ -181,7 +186,8 @@ def test_writers_queue_instead_of_failing(database):
 
 def _without_busy_wait(fn):
     """fn() with SQLite's own busy wait off: a writer that met a busy
-    database would fail at once."""
+    database would fail at once.
+    """
     engine = api.get_engine()
 
     def no_busy_wait(dbapi_conn, record, proxy):
@@ -203,7 +209,8 @@ def _hold_write_lock(dp, seconds):
 
 def test_sqlite_writers_of_one_process_take_turns(sqlite_database):
     """Writers of one process queue on the engine's lock and never meet a
-    busy database: writers that overlap for certain all succeed."""
+    busy database: writers that overlap for certain all succeed.
+    """
     dp = seed.profile()
 
     def slow_create():
@@ -231,7 +238,8 @@ with api.writer() as session:
 
 def test_sqlite_writers_of_two_processes_take_turns(sqlite_database):
     """A writer in another process (a gunicorn worker, the conductor)
-    holds the database: ours waits on the lock file and then succeeds."""
+    holds the database: ours waits on the lock file and then succeeds.
+    """
     dp = seed.profile()
     holder = subprocess.Popen(
         [sys.executable, '-c', _HOLDER, str(api.get_engine().url)],

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Schema constraints hold on every backend, below any code path.
 
 Each test writes straight to the tables, so what it shows is that the
@@ -128,7 +129,8 @@ _ENUMS = [
 @pytest.mark.parametrize('table,column,bad', _ENUMS)
 def test_enum_values_refused(database, table, column, bad):
     """Enums are VARCHAR + CHECK on every backend, so a raw write of an
-    unknown value fails in the database, not only in Python."""
+    unknown value fails in the database, not only in Python.
+    """
     seed.attach_handle()
     seed.arq_requests(1)
     t = sa.Table(table, seed.DEVICE.metadata)

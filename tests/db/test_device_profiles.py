@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cyborg.db.device_profiles on every backend."""
 
 from oslo_db import exception as db_exc

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 from cyborg.db import device_profiles
 
 

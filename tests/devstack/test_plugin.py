@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The devstack plugin (devstack/plugin.sh), run phase by phase in bash with
 devstack's functions replaced by stubs that log their calls (stubs.sh)."""
 
@@ -79,7 +80,8 @@ class Stack:
 
     def run(self, *phase):
         """Source settings, then plugin.sh PHASE..., as devstack does; return
-        the stub calls this phase made, as tuples (name, arg, ...)."""
+        the stub calls this phase made, as tuples (name, arg, ...).
+        """
         self.log.write_text('')
         script = (
             'set -o errexit -o nounset -o pipefail\n'
@@ -239,7 +241,8 @@ def test_clean(stack):
 
 def test_compute_only_node(tmp_path):
     """A compute node running just the agent: configuration, but no
-    database, Keystone entries, uWSGI app or samples."""
+    database, Keystone entries, uWSGI app or samples.
+    """
     stack = Stack(tmp_path, 'n-cpu,cyborg-agent')
     calls = stack.run('stack', 'post-config')
     assert not _named(calls, 'enable_service')

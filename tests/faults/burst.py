@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A paced burst of binds, and the tally every fault check ends with:
 "N requests, M lost, K stuck".
 
@@ -22,7 +23,8 @@ RESOLVED = {'Bound': 'completed', 'BindFailed': 'failed'}
 class Burst:
     """PATCH each ARQ to an instance of its own from `threads` threads,
     one request per thread every `interval` seconds; `on_progress(n)` is
-    called after each answer (a check injects its fault from there)."""
+    called after each answer (a check injects its fault from there).
+    """
 
     def __init__(self, deployment, arq_uuids, threads=4, interval=0.5,
                  on_progress=None):
@@ -80,7 +82,8 @@ class Burst:
 
 def settle(deployment, burst, timeout=120):
     """Wait until every accepted ARQ is resolved and Nova heard of it (or
-    the timeout), then count. Returns the tally."""
+    the timeout), then count. Returns the tally.
+    """
     deadline = time.time() + timeout
     while True:
         tally = count(deployment, burst)

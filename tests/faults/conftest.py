@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The fault suite: collected when named on the command line (`python -m
 pytest tests/faults`, `tox -e faults`) or with CYBORG_TEST_FAULTS=1, not
 by a plain `python -m pytest tests`: it restarts servers and takes minutes.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Faults in the distributed deployment (issue #9, part 2): each check
 injects its fault in the middle of a burst of binds, lets the deployment
 recover by itself, and ends with "N requests, M lost, K stuck", which
@@ -20,7 +21,8 @@ NOVA_OUTAGE = float(os.environ.get('CYBORG_FAULT_NOVA_OUTAGE', '60'))
 
 class Fault:
     """Runs `action` once, in its own thread, when the burst has had
-    `after` answers."""
+    `after` answers.
+    """
 
     def __init__(self, after, action):
         self.after = after
@@ -61,7 +63,8 @@ def _burst(deployment, count, fault, interval):
 def test_conductor_sigkilled_during_a_burst(deployment):
     """The conductor dies (SIGKILL) a quarter into 60 binds and comes back
     3 s later: it re-drives what the dead one left BindStarted and takes
-    the casts queued meanwhile; no handle is held twice or leaked."""
+    the casts queued meanwhile; no handle is held twice or leaked.
+    """
     def kill_and_restart():
         deployment.kill('cyborg-conductor')
         time.sleep(3)
@@ -79,7 +82,8 @@ def test_rabbitmq_restarted_during_a_burst(deployment):
     """The broker stops a quarter into 60 binds and starts again: every
     PATCH is still answered (202: the ARQ is stored BindStarted and a cast
     the broker cannot take is re-driven by the conductor's sweep), the
-    services reconnect by themselves and every bind resolves."""
+    services reconnect by themselves and every bind resolves.
+    """
     rabbitmq = deployment.rabbitmq
 
     def restart():
@@ -105,7 +109,8 @@ def test_database_restarted_during_a_burst(deployment):
     """MariaDB stops a quarter into 60 binds and starts 5 s later: the API
     answers 503 with a clear JSON error meanwhile (no traceback in its
     log), then recovers by itself; binds the conductor could not finish
-    are re-driven."""
+    are re-driven.
+    """
     mariadb = deployment.mariadb
     during = []
 
@@ -150,7 +155,8 @@ def test_placement_down_while_the_agent_restarts(deployment):
     """Placement stops, the agent restarts and cannot reach it (it retries
     with back-off), binds go on meanwhile (they need no Placement); when
     Placement returns the agent's providers are the same ones, none
-    duplicated."""
+    duplicated.
+    """
     before = _providers(deployment)
 
     def outage():
@@ -180,7 +186,8 @@ def test_placement_down_while_the_agent_restarts(deployment):
 def test_nova_events_endpoint_down(deployment):
     """Nova's events API is down for NOVA_OUTAGE seconds while 30 binds
     resolve: the outcomes wait as pending events and every one is
-    delivered after Nova is back."""
+    delivered after Nova is back.
+    """
     events = deployment.events
     deployment.profile()
     arqs = deployment.create_arqs(30)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The harness itself: a deployment binds a burst with no fault."""
 
 from tests.faults import burst as fault_burst

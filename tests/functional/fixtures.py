@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Gabbi fixtures: a fresh migrated database per YAML file, on one backend.
 
 `for_backend()` gives the fixture classes the gabbits name (APIFixture,
@@ -41,7 +42,8 @@ class ServerError(AssertionError):
 
 def _app(environ, start_response):
     """The API as the active fixture configures it, built per request
-    (gabbi makes its clients, and so calls the intercept, at collection)."""
+    (gabbi makes its clients, and so calls the intercept, at collection).
+    """
     for (group, name), value in _OPTIONS.items():
         CONF.set_override(name, value, group=group)
     api = app.setup_app(CONF)
@@ -63,7 +65,8 @@ def wsgi_app():
 class APIFixture(fixture.GabbiFixture):
     """An empty, migrated database; auth_strategy=noauth, so identity comes
     from X-Project-Id / X-Roles / X-Service-Roles headers (none: an admin
-    with the service role)."""
+    with the service role).
+    """
 
     backend = None
     options = _NOAUTH
@@ -87,7 +90,8 @@ class APIFixture(fixture.GabbiFixture):
 class InventoryFixture(APIFixture):
     """Two hosts' devices, deployables, attributes and attach handles, and
     a Bound and a BindFailed ARQ, as agents and the conductor would have
-    left them (see seed.py)."""
+    left them (see seed.py).
+    """
 
     def seed(self):
         self._environ = seed.inventory()

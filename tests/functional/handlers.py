@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`response_fault`: assertions on Cyborg's error body.
 
 Every error answer is `{"error_message": "<JSON string>"}` whose string

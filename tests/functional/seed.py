@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Rows the API cannot create itself, for the gabbi fixtures.
 
 Devices, deployables, control-path ids and attach handles come from the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The API spec: every gabbit under gabbits/, once per database backend.
 
 Test ids read `<backend>:<file>_<test name>`; a backend that cannot be
@@ -18,7 +19,8 @@ GABBITS = os.path.join(os.path.dirname(__file__), 'gabbits')
 
 class _Collector:
     """Stands in for metafunc so the suites of all backends end up in one
-    parametrize call (pytest allows only one per argument)."""
+    parametrize call (pytest allows only one per argument).
+    """
 
     def __init__(self, metafunc):
         self.config = metafunc.config

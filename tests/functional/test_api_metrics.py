@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GET /metrics on the API: no token needed, request counters by route
 template and status, latency histogram, ARQs by state from the database."""
 

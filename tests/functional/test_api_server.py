@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cyborg-api as operators run it: gunicorn, [api] api_workers workers on
 [api] host_ip:port, a database synced by cyborg-manage."""
 

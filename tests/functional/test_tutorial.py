@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """docs/tutorial.md, run as written.
 
 Every `$ ` line of the tutorial's ```console blocks is run in order, in one
@@ -111,7 +112,8 @@ STEPS = [
 
 def tutorial_commands(path=TUTORIAL):
     """The `$ ` lines of the ```console blocks, `\\` continuations
-    joined."""
+    joined.
+    """
     commands, in_block, pending = [], False, None
     with open(path) as f:
         for line in f:
@@ -186,7 +188,8 @@ class Shell:
 
 def _start(command, tmp_path, nova_url):
     """cyborg-aio with the tutorial's arguments, on free ports, with a
-    state directory of the test's own."""
+    state directory of the test's own.
+    """
     argv = shlex.split(command)
     assert argv[0] == 'cyborg-aio'
     args = aio_cmd._parser().parse_args(argv[1:])
@@ -226,7 +229,8 @@ def _check(command, output, checks):
 
 def _wait_settled(aio, timeout=30):
     """After the deletes: both GPUs free again (the first one back on
-    nvidia), as the report pass the unbinds trigger records it."""
+    nvidia), as the report pass the unbinds trigger records it.
+    """
     deadline = time.monotonic() + timeout
     while True:
         devices = requests.get(

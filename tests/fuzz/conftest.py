@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fuzzing fixtures: the API on a seeded database, and the run's figures.
 
 CYBORG_FUZZ_EXAMPLES sets the examples per operation (and per property
@@ -47,7 +48,8 @@ def record(operation, status):
                 ids=lambda p: '%s-%s' % p if len(AS) > 1 else p[0])
 def seeded_api(request):
     """The noauth app, called as CYBORG_FUZZ_AS says, on a migrated
-    database holding the gabbi inventory."""
+    database holding the gabbi inventory.
+    """
     backend, who = request.param
     try:
         db = dbs.shared(backend)

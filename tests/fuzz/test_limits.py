@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Oversized and unparseable requests are refused early, with a 4xx.
 
 In the app: a body over [api] max_request_body_size → 413 without being
@@ -223,7 +224,8 @@ def test_cheroot_refuses_an_oversized_request_line(served_api):
 
 def test_gunicorn_keeps_its_header_limits():
     """cyborg-api leaves gunicorn's limits on (414 for a request line over
-    4094 bytes, 431 for a header over 8190 or more than 100 headers)."""
+    4094 bytes, 431 for a header over 8190 or more than 100 headers).
+    """
     cfg = api_service.Server(CONF).cfg
     assert 0 < cfg.limit_request_line <= 8190
     assert 0 < cfg.limit_request_field_size <= 8190

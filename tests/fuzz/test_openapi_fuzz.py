@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """docs/openapi.yaml fuzzed with schemathesis against the app in-process.
 
 Every documented operation gets schema-derived requests, valid and
@@ -33,7 +34,8 @@ CHECKS = [checks.not_a_server_error,
 
 class _Target:
     """The app under test, swapped per test; schemathesis sends every
-    request of a case (its probes too) to this one WSGI callable."""
+    request of a case (its probes too) to this one WSGI callable.
+    """
 
     def __init__(self):
         self.app = None

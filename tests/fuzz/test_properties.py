@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Property tests for the two parsers that take structured client input:
 device-profile request groups and bind/unbind PATCH documents.
 
@@ -227,7 +228,8 @@ def test_profile_bodies_answer_4xx_and_write_nothing_when_refused(api, body):
 
 def test_a_profile_asking_for_too_many_accelerators_is_refused(api):
     """Regression: `resources:FPGA: 100000000` made ARQ creation insert
-    one row per accelerator (minutes, gigabytes) before answering."""
+    one row per accelerator (minutes, gigabytes) before answering.
+    """
     profile = [{'name': 'huge', 'groups': [{'resources:FPGA': 10 ** 8}]}]
     assert _request(api, 'POST', '/v2/device_profiles',
                     profile).status_int == 201

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the fuzzers found, on every database backend: each was a 500
 (or, for the first, minutes of inserts) and is now a 4xx that writes
 nothing."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """POST /os-server-external-events: Nova's codes and rules."""
 
 import logging

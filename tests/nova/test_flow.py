@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Boots and deletes as Nova does them, against the whole stack: our API,
 the real Placement, the conductor and an agent with the fake driver (two
 H200s, one PCI attach handle each; an FPGA with four functions), in a
@@ -181,7 +182,8 @@ def test_no_candidate(stack):
 
 class _NoHostYet(events.Instances):
     """Nova before instance_claim: events for the instance answer 422, and
-    the service does not try again."""
+    the service does not try again.
+    """
 
     def set_host(self, instance_uuid, host):
         self.add(instance_uuid, None)
@@ -254,7 +256,8 @@ def test_bind_fails_on_a_provider_without_device(stack, monkeypatch):
 
 def test_two_instances_racing_for_one_handle(stack, monkeypatch):
     """Placement gave the second instance the other GPU; bound to the
-    first one's GPU instead, it finds its only handle taken."""
+    first one's GPU instead, it finds its only handle taken.
+    """
     runner = _runner(stack, binding_timeout=30)
     flavor = _flavor(_profile(stack, GPU))
     first = runner.boot(flavor)
@@ -274,7 +277,8 @@ def test_two_instances_racing_for_one_handle(stack, monkeypatch):
 
 def test_bind_refused(stack):
     """The instance already has ARQs: the PATCH answers 400, the new ARQs
-    are deleted by uuid, then the instance is deleted."""
+    are deleted by uuid, then the instance is deleted.
+    """
     name = _profile(stack, GPU)
     instance = str(uuid.uuid4())
     resp = requests.post(stack.api + '/accelerator_requests', timeout=10,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Attach handles → <hostdev> elements."""
 
 import logging

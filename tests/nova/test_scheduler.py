@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Device profile groups → request groups → the candidates query."""
 
 import logging

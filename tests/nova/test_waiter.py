@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Waiting for accelerator-request-bound: one deadline, the early poll,
 timeouts, failed events, BindFailed refusal, and clean-up."""
 
@@ -39,7 +40,8 @@ def _arq(uuid, state):
 
 class FakeService:
     """The stub's ARQ list for the instance, changed by the test; DELETEs
-    are recorded."""
+    are recorded.
+    """
 
     def __init__(self, stub, states):
         self.states = dict(states)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The figures a reliability or fault check reports: one line on stdout
 (`pytest -s` shows it) and, when CYBORG_RELIABILITY_FIGURES names a file,
 one JSON line appended to it, which docs/reliability.md is written from.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the API answers while a backing service is down (regressions of
 the fault suite's findings, runnable without it): a lost database is a
 503 with a clear error and no traceback; an unreachable message bus does
@@ -51,7 +52,8 @@ def test_database_unreachable_is_503_without_traceback(
 def test_bind_with_the_message_bus_down_is_accepted(sqlite_database):
     """The broker refuses connections: the PATCH still answers 202 with
     the ARQ stored BindStarted (the conductor's sweep re-drives it)
-    instead of waiting for the broker forever."""
+    instead of waiting for the broker forever.
+    """
     CONF.set_override('transport_url', 'rabbit://guest:guest@127.0.0.1:%d/'
                       % net.free_port())
     rpc.cleanup()

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Races through the real API and the conductor's bind, on every DB
 backend: many threads released together by a barrier, each request on its
 own HTTP connection, API worker thread and DB transaction (issue #9, part
@@ -40,7 +41,8 @@ def _count(table, *where):
 
 def test_fifty_binds_of_one_arq_one_wins(stack, database):
     """50 PATCHes of one ARQ to 50 instances: one 202, 49 409s, and the
-    ARQ ends Bound to the winner's instance with exactly one event."""
+    ARQ ends Bound to the winner's instance with exactly one event.
+    """
     stack.profile('gpu', [{'resources:PGPU': '1'}])
     [arq] = stack.create_arqs('gpu')
     rp = stack.rp('0000:1b:00.0')
@@ -69,7 +71,8 @@ def test_fifty_binds_of_one_arq_one_wins(stack, database):
 def test_binds_to_a_single_handle_device_one_bound(stack, database):
     """20 ARQs of 20 instances bound at once to one GPU (one attach
     handle): every PATCH is accepted, one ARQ ends Bound, the others
-    BindFailed with the reason, each with its event; one handle in use."""
+    BindFailed with the reason, each with its event; one handle in use.
+    """
     stack.profile('gpu', [{'resources:PGPU': '1'}])
     arqs = [stack.create_arqs('gpu')[0]['uuid']
             for _ in range(SINGLE_HANDLE_BINDERS)]
@@ -107,7 +110,8 @@ def test_binds_to_a_four_handle_device_fill_it(stack, database):
     Bound, each to its own handle, none failed while one was free
     (regression: under MariaDB's REPEATABLE READ a taker kept seeing a
     handle another binder had taken as free and gave up with handles to
-    spare)."""
+    spare).
+    """
     stack.profile('fpga', [{'resources:FPGA': '1'}])
     arqs = [stack.create_arqs('fpga')[0]['uuid']
             for _ in range(SINGLE_HANDLE_BINDERS)]
@@ -136,7 +140,8 @@ def test_two_binders_of_one_arq_take_one_handle(stack, database,
     """Binders of one BindStarted ARQ at once (a conductor's start-up
     re-drive and the queued bind message, a sweep and a slow bind): one
     handle ends up claimed, none leaked (regression: each took a handle
-    and the last ARQ update won, leaving the other handle in use)."""
+    and the last ARQ update won, leaving the other handle in use).
+    """
     monkeypatch.setattr(conductor_rpcapi.ConductorAPI, 'bind_arqs',
                         lambda self, context, uuids: None)
     stack.profile('fpga', [{'resources:FPGA': '1'}])
@@ -170,7 +175,8 @@ def test_two_binders_of_one_arq_take_one_handle(stack, database,
 def test_profile_delete_races_arq_create(stack, database):
     """DELETE of a profile while ARQs are created from it: every create
     either made ARQs that point at the surviving profile (and the delete
-    got 409) or answered 404 with nothing written."""
+    got 409) or answered 404 with nothing written.
+    """
     created = refused = deleted = in_use = 0
     for i in range(PROFILE_ROUNDS):
         name = 'race-%d' % i
@@ -230,7 +236,8 @@ def _devices(spec):
 def test_report_diffs_from_two_conductors_stay_consistent(database):
     """Two conductors apply different reports of one host at once, round
     after round: the DB always ends exactly as one of the two reports said
-    (no duplicated or half-applied device), and the next report applies."""
+    (no duplicated or half-applied device), and the next report applies.
+    """
     one = [{'type': 'GPU', 'vendor_id': '10de', 'product_id': '2335',
             'model': 'gpu-a', 'pci_address': '0000:1b:00.0'},
            {'type': 'FPGA', 'vendor_id': 'abcd', 'product_id': 'abcd',

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A fake Keystone v3 on loopback: just what keystonemiddleware asks.
 
 keystonemiddleware's auth_token, configured with a password auth plugin,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The policy defaults, their sample and their documentation agree.
 
 etc/cyborg/policy.yaml.sample is what oslopolicy-sample-generator makes

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The keystoneauth helper against the real Placement (noauth2), and the
 compute-node provider the embedded stack creates."""
 
@@ -10,8 +11,8 @@ import pytest
 from cyborg.common import ksa
 from cyborg.conf import CONF
 from cyborg.conf import opts
-from cyborg_aio import compute_node
 from cyborg.placement import client as placement_client
+from cyborg_aio import compute_node
 
 
 @pytest.fixture

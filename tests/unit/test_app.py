@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Building the WSGI app."""
 
 import pytest

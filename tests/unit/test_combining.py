@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Combiner: concurrent callers' items are worked in batches, and each
 caller returns only once its own items went through."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The in-process RPC transport of the embedded stack (inproc://)."""
 
 import threading

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cyborg-manage db sync / db version, on every backend."""
 
 import os

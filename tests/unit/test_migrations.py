@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The migrations build exactly the schema cyborg.db.models declares, on
 every backend, and every column a list filters on has an index.
 """

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """docs/openapi.yaml against the code, so that the two cannot drift.
 
 - it is a valid OpenAPI document;

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """etc/cyborg/api-paste.ini builds the pipeline the code builds."""
 
 import configparser

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Loopback HTTP servers in front of a test's wsgi-intercept apps.
 
 Nova's functional tests serve Placement and Nova's API in the test
@@ -33,7 +34,8 @@ class Bridge:
     """Serve the intercepted app at (host, port) on a loopback port.
 
     headers: environ entries set when a request lacks them (Nova's
-    stubbed Keystone context reads the caller from X-Auth-User etc.)."""
+    stubbed Keystone context reads the caller from X-Auth-User etc.).
+    """
 
     def __init__(self, host, port, headers=None):
         self.key = (host, port)

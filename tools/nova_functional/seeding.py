@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the fixture puts into our service for Nova's tests (no Nova
 imports: tests/unit/test_nova_functional.py checks it against our API
 and database without Nova installed)."""
@@ -14,7 +15,8 @@ def device_profiles(trait):
 
 def seeded_devices(placement_get, trait):
     """{compute node name: [device spec]} from the providers with `trait`
-    (what the test created), for service.py's report."""
+    (what the test created), for service.py's report.
+    """
     found = placement_get('/resource_providers?required=%s' % trait)
     roots = {}
     hosts = {}

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Our service for one Nova functional test, in its own process.
 
 Nova and cyborg both register options on oslo.config's global CONF, with
@@ -25,7 +26,8 @@ import traceback
 
 def _device(host, index, spec):
     """One fake device per test-seeded provider: `total` TEST_PCI
-    functions, the attach info shape Nova's port code reads."""
+    functions, the attach info shape Nova's port code reads.
+    """
     from cyborg.objects import device as records
 
     handles = [records.AttachHandle('TEST_PCI', {
@@ -50,7 +52,8 @@ def _device(host, index, spec):
 class Service:
     """The harness's embedded pieces (cyborg_harness.embedded), wired for
     this test: a conductor, the API served on loopback, and an agent RPC
-    server per compute host on demand."""
+    server per compute host on demand.
+    """
 
     def __init__(self, state_dir, placement_url, nova_url):
         self.state_dir = state_dir
@@ -91,7 +94,8 @@ class Service:
     def _agent(self, host):
         """The agent of `host`: its RPC server (prepare, release) only.
         Its report loop would publish providers of its own next to the
-        ones the test created, so the report is sent for it (report)."""
+        ones the test created, so the report is sent for it (report).
+        """
         if host not in self.agents:
             from cyborg.agent import manager
             from cyborg.common import ksa

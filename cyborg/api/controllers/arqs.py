@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """/v2/accelerator_requests: ARQs, created from a device profile and bound
 to an instance by Nova."""
 
@@ -51,7 +52,8 @@ def _authorize_service(action):
 
 def units_per_group(groups):
     """ARQs per group: the sum of its resources:* amounts (Xilinx ×2), a
-    GPU's slices and engines counting as one accelerator."""
+    GPU's slices and engines counting as one accelerator.
+    """
     counts = []
     for group in groups:
         count = gpu_classes.accelerators_in_group(group)
@@ -119,7 +121,8 @@ def apply_patch(patch):
 
 def _release(handles):
     """The freed handles' agents undo what prepare() did: the conductor
-    sends them word, as it does for bind (a cast; 202/204 now)."""
+    sends them word, as it does for bind (a cast; 202/204 now).
+    """
     if handles:
         conductor_rpcapi.ConductorAPI().release_handles(base.context(),
                                                         handles)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """/v2/attributes: key/value facts about deployables (rc, traits, ...)."""
 
 from oslo_utils import uuidutils

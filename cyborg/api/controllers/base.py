@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What every handler shares: JSON in and out, query parameters, links."""
 
 import datetime
@@ -19,7 +20,8 @@ from cyborg import policy
 
 def handler(status=200):
     """Render a handler's return value as JSON with `status` (None → no
-    body) and turn domain exceptions into Cyborg error bodies."""
+    body) and turn domain exceptions into Cyborg error bodies.
+    """
     def decorate(fn):
         takes_extra = inspect.getfullargspec(fn).varargs is not None
 
@@ -86,7 +88,8 @@ def query(*allowed):
 
 def show(resource, uuid, load, serialize):
     """GET /v2/<resources>/<uuid>: policy first, no query parameters, a
-    400 for a non-uuid, the loader's 404, the serialized object."""
+    400 for a non-uuid, the loader's 404, the serialized object.
+    """
     authorize('cyborg:%s:get_one' % resource)
     query()
     return serialize(load(require_uuid(uuid, resource)))
@@ -141,7 +144,8 @@ _UNSTORABLE = re.compile('[\x00\ud800-\udfff]')
 
 def _require_storable_strings(data):
     """400 for a body string no database could store, before any handler
-    writes it (iterative: the body may be nested up to json's limit)."""
+    writes it (iterative: the body may be nested up to json's limit).
+    """
     stack = [data]
     while stack:
         item = stack.pop()

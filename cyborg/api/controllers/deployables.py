@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """/v2/deployables: the schedulable units of a device (a GPU, a MIG-capable
 GPU, an FPGA region), each backed by one resource provider."""
 

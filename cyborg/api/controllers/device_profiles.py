@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """/v2/device_profiles: named, global lists of request groups."""
 
 import re

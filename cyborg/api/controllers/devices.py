@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """/v2/devices: physical accelerators reported by the agents."""
 
 import json
@@ -103,7 +104,8 @@ class DeviceController:
     def post_share(self):
         """Ask for sharing by capacity (mps | time-slice) or none; the
         device's agent sets the share pool up, or says why it cannot in
-        the `Share` condition."""
+        the `Share` condition.
+        """
         self._lifecycle_action('share')
         body = base.body(schema.SHARE)
         mode = body['mode']

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`/` and `/v2`: version documents (no auth), and routing to resources."""
 
 import pecan

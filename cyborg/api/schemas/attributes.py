@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Attribute request bodies (bare, or wrapped as openstacksdk sends it)."""
 
 from cyborg.api.schemas import common

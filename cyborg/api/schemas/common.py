@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Schema fragments shared by several resources."""
 
 UUID = {'type': 'string', 'format': 'uuid',

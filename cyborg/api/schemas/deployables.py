@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Deployable request bodies."""
 
 from cyborg.api.schemas import common

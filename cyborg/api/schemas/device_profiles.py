@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Device profile request bodies."""
 
 from cyborg.api.schemas import common

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Device action bodies (microversion 2.4)."""
 
 SHARE = {

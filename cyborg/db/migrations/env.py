@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Alembic environment: runs on the connection cyborg.db.migration hands in."""
 
 from alembic import context

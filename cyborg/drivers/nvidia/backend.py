@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The few NVML operations the driver needs, behind one small interface.
 
 `NvmlBackend` speaks in plain records (GPU, MIG profile, GPU instance) so
@@ -90,7 +91,8 @@ class Gpu:
 
 def profiles_from_capture(device):
     """The MIG profiles of one device entry of an NVML capture (the JSON
-    of cyborg_emulators.nvidia.capture and of the fake's model files)."""
+    of cyborg_emulators.nvidia.capture and of the fake's model files).
+    """
     out = []
     for entry in device.get('gi_profiles', []):
         info = entry['info']
@@ -194,7 +196,8 @@ class PynvmlBackend(NvmlBackend):
     def refresh(self):
         """NVML enumerates GPUs at init: after a GPU moved between kernel
         drivers, start over to see the host as it is now.  A health event
-        set is made again, with the same GPUs."""
+        set is made again, with the same GPUs.
+        """
         wanted = list(self._event_uuids) if self._events is not None \
             else None
         self.close()
@@ -204,7 +207,8 @@ class PynvmlBackend(NvmlBackend):
 
     def _call(self, fn, *args, default=Ellipsis):
         """Call NVML; NotSupported-style errors give `default` if one is
-        given, everything else becomes NvmlError."""
+        given, everything else becomes NvmlError.
+        """
         try:
             return fn(*args)
         except self.N.NVMLError as e:
@@ -310,7 +314,8 @@ class PynvmlBackend(NvmlBackend):
     @staticmethod
     def _pointer(handle):
         """A device handle's address: stable for the life of an init, and
-        still known when the GPU no longer answers nvmlDeviceGetUUID."""
+        still known when the GPU no longer answers nvmlDeviceGetUUID.
+        """
         return ctypes.cast(handle, ctypes.c_void_p).value
 
     def _require_nvml(self):
@@ -321,7 +326,8 @@ class PynvmlBackend(NvmlBackend):
         """Free the event set once no wait uses it (at most one wait to
         sit out): freeing it under a waiter, or shutting NVML down, is
         undefined.  The caller holds self._lock, which keeps a new wait
-        from starting meanwhile."""
+        from starting meanwhile.
+        """
         if self._events is None:
             return
         with self._event_lock:
@@ -335,7 +341,8 @@ class PynvmlBackend(NvmlBackend):
     @_locked
     def create_event_set(self):
         """A new, empty event set in place of any earlier one; GPUs must
-        be registered again."""
+        be registered again.
+        """
         self._require_nvml()
         self._free_events()
         events = self._call(self.N.nvmlEventSetCreate)
@@ -345,7 +352,8 @@ class PynvmlBackend(NvmlBackend):
     def _renew_events(self, uuids):
         """The set died with the old init: a new one for the same GPUs.
         One NVML no longer answers for stays wanted for the next refresh
-        (a GPU re-enters NVML only at init)."""
+        (a GPU re-enters NVML only at init).
+        """
         try:
             self._events = self._call(self.N.nvmlEventSetCreate)
         except NvmlError as e:
@@ -362,7 +370,8 @@ class PynvmlBackend(NvmlBackend):
     @_locked
     def register_events(self, uuid):
         """Register the health events the GPU supports; returns the
-        registered mask (0: it supports none, nothing registered)."""
+        registered mask (0: it supports none, nothing registered).
+        """
         self._require_nvml()
         if self._events is None:
             raise NvmlError('Uninitialized', 'no event set to register on')
@@ -387,7 +396,8 @@ class PynvmlBackend(NvmlBackend):
         taken only to sit out a close()/refresh() in progress, never
         while waiting, so discovery goes on meanwhile; the event lock
         keeps them from freeing the set under the wait.  No set (never
-        made, or closed) raises Uninitialized."""
+        made, or closed) raises Uninitialized.
+        """
         while True:
             with self._lock:
                 events = self._events
@@ -431,7 +441,8 @@ class PynvmlBackend(NvmlBackend):
         GpuIsLost; remap_*: the row remapper (None: not supported);
         ecc_volatile_uncorrected: since the last reset (None: ECC off or
         not supported); reset_required: NVML wants a GPU reset; error:
-        any other failure (the GPU may just have left NVML)."""
+        any other failure (the GPU may just have left NVML).
+        """
         out = {'lost': False, 'remap_pending': None, 'remap_failure': None,
                'ecc_volatile_uncorrected': None, 'reset_required': False,
                'error': None}
@@ -470,7 +481,8 @@ class PynvmlBackend(NvmlBackend):
     @_locked
     def instances(self, uuid):
         """Every live GPU instance with its compute instances and MIG UUIDs
-        (ours and anybody else's)."""
+        (ours and anybody else's).
+        """
         N = self.N
         h = self._handle(uuid)
         profiles = self._profiles(h)
@@ -535,7 +547,8 @@ class PynvmlBackend(NvmlBackend):
     def create_instance(self, uuid, profile_id, start):
         """A GPU instance at an explicit placement plus one compute
         instance spanning it; returns the GpuInstance with its MIG UUID.
-        The GI is destroyed again if the CI cannot be made."""
+        The GI is destroyed again if the CI cannot be made.
+        """
         N = self.N
         h = self._handle(uuid)
         size = next(p.slices for p in self._profiles(h) if p.id == profile_id)
@@ -559,7 +572,8 @@ class PynvmlBackend(NvmlBackend):
 
     def _full_ci_profile(self, gi):
         """The compute-instance profile that spans the whole GI: the one
-        with the most SM slices."""
+        with the most SM slices.
+        """
         N = self.N
         best = None
         for enum in range(N.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
@@ -580,7 +594,8 @@ class PynvmlBackend(NvmlBackend):
     @_locked
     def destroy_instance(self, uuid, gi_id):
         """Destroy a GI's compute instances, then the GI; a GI that is
-        briefly still in use after its CIs went is retried."""
+        briefly still in use after its CIs went is retried.
+        """
         N = self.N
         h = self._handle(uuid)
         gi = self._call(N.nvmlDeviceGetGpuInstanceById, h, gi_id,
@@ -640,7 +655,8 @@ class PynvmlBackend(NvmlBackend):
 
     def _telemetry_processes(self, h):
         """Processes with NVML's "not applicable" ids as None; in MIG mode
-        a size the parent GPU does not give is read from the MIG device."""
+        a size the parent GPU does not give is read from the MIG device.
+        """
         def _id(value):
             return None if value is None or value >= 0xFFFFFFFF else value
 

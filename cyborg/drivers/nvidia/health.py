@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPU health for the nvidia driver: NVML events and probes to a phase.
 
 Why a monitor of its own: NVML reports XIDs and ECC errors as events that
@@ -120,7 +121,8 @@ class HealthMonitor:
     """Health events and probes of the watched GPUs, and their verdicts.
 
     Thread-safe; `poll_once` is for tests that run no thread (do not mix
-    it with a running thread)."""
+    it with a running thread).
+    """
 
     def __init__(self, backend, clock=time.monotonic, recovery_after=300.0,
                  wait_ms=1000, ignored_xids=(), backoff=(0.5, 30.0)):
@@ -191,7 +193,8 @@ class HealthMonitor:
 
     def watch(self, uuids):
         """Register health events of these GPUs (new ones only); an NVML
-        failure is logged and retried by the loop, never raised."""
+        failure is logged and retried by the loop, never raised.
+        """
         with self._lock:
             for uuid in uuids:
                 self._gpu(uuid)
@@ -204,7 +207,8 @@ class HealthMonitor:
 
     def poll_once(self, timeout_ms=0):
         """Register what is missing, wait once, record; the event or
-        None."""
+        None.
+        """
         self._sync()
         try:
             event = self.backend.wait_event(timeout_ms)
@@ -226,7 +230,8 @@ class HealthMonitor:
 
     def _resync(self):
         """A GPU is back: register it on a fresh set now, not at the next
-        wait, so its next event is not missed (may sit out one wait)."""
+        wait, so its next event is not missed (may sit out one wait).
+        """
         self._renew()
         try:
             self._sync()
@@ -235,7 +240,8 @@ class HealthMonitor:
 
     def _sync(self):
         """A new event set when needed; register watched GPUs that are
-        not Lost and not registered on the current set."""
+        not Lost and not registered on the current set.
+        """
         with self._sync_lock:
             if self._need_set:
                 self.backend.create_event_set()
@@ -267,7 +273,8 @@ class HealthMonitor:
 
     def _find_lost(self):
         """The wait says a registered GPU is lost, not which: probe them,
-        and start a new set without the lost ones."""
+        and start a new set without the lost ones.
+        """
         with self._sync_lock:
             uuids = sorted(self._registered)
             self._need_set = True
@@ -345,7 +352,8 @@ class HealthMonitor:
 
     def _ecc_fallback(self, uuid, gpu, probe):
         """Without double-bit ECC events, a rising volatile uncorrected
-        counter is the same news."""
+        counter is the same news.
+        """
         if gpu.mask is not None and gpu.mask & _DBE:
             return
         before = (gpu.probe or {}).get('ecc_volatile_uncorrected')
@@ -356,7 +364,8 @@ class HealthMonitor:
 
     def _expire(self, uuid, gpu, now):
         """Forget a fatal event after `recovery_after` quiet seconds, if
-        a probe since then is healthy."""
+        a probe since then is healthy.
+        """
         if gpu.fatal is None or not self._healthy(gpu):
             return
         at = gpu.fatal[2]
@@ -416,7 +425,8 @@ class HealthMonitor:
 
     def ecc_counts(self):
         """{uuid: {double_bit, single_bit: event counts,
-        volatile_uncorrected: the last probe's counter or None}}."""
+        volatile_uncorrected: the last probe's counter or None}}.
+        """
         with self._lock:
             return {u: {'double_bit': g.ecc['double_bit'],
                         'single_bit': g.ecc['single_bit'],

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """MIG geometry: which placements are free, which one to take, and what
 Placement may still offer. Pure functions over the profiles NVML reported
 and the GPU instances that exist; no NVML calls here.
@@ -22,7 +23,8 @@ class Slot:
 
 def full_profile(profiles):
     """The profile spanning the whole GPU (most memory slices, then most
-    SMs): its engine counts are the GPU's totals."""
+    SMs): its engine counts are the GPU's totals.
+    """
     return max(profiles, key=lambda p: (p.slices, p.compute_slices,
                                         p.multiprocessors))
 
@@ -69,14 +71,16 @@ def fitting(slots, profiles):
 def largest_block(slots, profiles):
     """The most memory slices one new instance could still take: what the
     provider's MEM_SLICE max_unit says, so Placement stops offering sizes
-    that no longer fit anywhere."""
+    that no longer fit anywhere.
+    """
     sizes = [p.slices for p in profiles if legal_starts(p, slots, profiles)]
     return max(sizes, default=0)
 
 
 def _score(slots, profiles):
     """How much room a layout leaves: the biggest block first, then how
-    many profiles still fit, then how many placements remain."""
+    many profiles still fit, then how many placements remain.
+    """
     return (largest_block(slots, profiles),
             len(fitting(slots, profiles)),
             sum(len(legal_starts(p, slots, profiles)) for p in profiles))
@@ -85,7 +89,8 @@ def _score(slots, profiles):
 def choose_start(profile, slots, profiles):
     """The legal start that keeps the most room for what may come next
     (like a buddy allocator: small instances fill from the top, leaving the
-    aligned low halves that only 4g/7g can use). None when nothing fits."""
+    aligned low halves that only 4g/7g can use). None when nothing fits.
+    """
     starts = legal_starts(profile, slots, profiles)
     if not starts:
         return None
@@ -97,7 +102,8 @@ def choose_start(profile, slots, profiles):
 def match_profile(profiles, mem_slices, compute_slices=None, ofa=0):
     """The MIG profile a request vector names: its memory slices, its SM
     slices when given, and the media extensions (+me) when OFA is asked
-    for. None when no profile has that shape."""
+    for. None when no profile has that shape.
+    """
     candidates = [p for p in profiles if p.slices == mem_slices
                   and (compute_slices is None
                        or p.compute_slices == compute_slices)

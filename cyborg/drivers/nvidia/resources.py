@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """How a physical GPU looks in Placement (contract/gpu-sharing.md §4.4).
 
 One provider per GPU. Whole-GPU use and every MIG profile draw on the same
@@ -64,7 +65,8 @@ def profile_vector(profile):
 def totals(profiles):
     """The provider's totals: the full profile's vector, with all memory
     slices (a 7g's placement spans them all). A GPU without MIG is one
-    slice of each: whole use only."""
+    slice of each: whole use only.
+    """
     if not profiles:
         return {MEM_SLICE: 1, COMPUTE_SLICE: 1}
     vector = profile_vector(mig.full_profile(profiles))
@@ -135,7 +137,8 @@ def request_vector(group):
 def share_memory_mb(gpu, margin_mb):
     """MiB a share pool of `gpu` can hand out: NVML's total less what the
     driver reserves (memory info v2 `reserved`, KAI #2212) less a safety
-    margin; rounded so that shares never exceed the card."""
+    margin; rounded so that shares never exceed the card.
+    """
     total = gpu.memory_total // MIB
     reserved = -(-(gpu.memory_reserved or 0) // MIB)
     return max(0, total - reserved - margin_mb)
@@ -143,7 +146,8 @@ def share_memory_mb(gpu, margin_mb):
 
 def share_inventories(gpu, slots, margin_mb, fenced=False):
     """The `_share` provider of a GPU in a share mode. Percent and memory
-    are never oversubscribed (allocation_ratio 1.0 for time-slice too)."""
+    are never oversubscribed (allocation_ratio 1.0 for time-slice too).
+    """
     invs = {
         CORE_PERCENT: {'total': 100, 'min_unit': 1, 'max_unit': 100,
                        'step_size': 1},

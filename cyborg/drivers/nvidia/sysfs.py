@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the kernel says about a PCI function: the authoritative source for
 driver binding, SR-IOV and IOMMU state, none of which NVML knows.
 
@@ -51,7 +52,8 @@ class Sysfs:
 
     def nvidia_gpus(self):
         """Every NVIDIA display-class function: PFs and VFs, whatever
-        driver holds them (a vfio-pci GPU is invisible to NVML)."""
+        driver holds them (a vfio-pci GPU is invisible to NVML).
+        """
         out = []
         for function in pci_driver.scan(self.root):
             if (function['vendor'] == NVIDIA_VENDOR
@@ -94,7 +96,8 @@ class Sysfs:
     def mdev_types(self, address):
         """[{type, name, description, available_instances}] of the vGPU
         types the PF offers (the NVIDIA vGPU manager's
-        mdev_supported_types); [] without a vGPU manager."""
+        mdev_supported_types); [] without a vGPU manager.
+        """
         path = self._dev(address, 'mdev_supported_types')
         try:
             names = sorted(os.listdir(path))

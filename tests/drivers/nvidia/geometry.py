@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """MIG profiles of the shipped GPU models, read straight from the model
 files (capture format) without NVML: for the pure allocator tests."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The nvidia driver end to end over the fake NVML and sysfs: discovery,
 the Placement view, whole-GPU passthrough gates, MIG on demand, orphans,
 restarts and reboots."""
@@ -345,7 +346,8 @@ def test_pick_handles_splits_whole_from_mig():
                                max_size=25))
 def test_driver_publishes_only_placeable_offers(make_host, ops):
     """Random claims/releases through the real driver over the fake NVML:
-    a claim the published inventory and fit traits allow always places."""
+    a claim the published inventory and fit traits allow always places.
+    """
     host = make_host(spec(gpu2=False), name='h%d' % len(ops))
     drv = new_driver(host)
     profiles = geometry.profiles('h200')
@@ -378,7 +380,8 @@ def test_driver_publishes_only_placeable_offers(make_host, ops):
 
 def test_gpus_managed_elsewhere_are_not_offered_twice(make_host, caplog):
     """A PF carved into vGPU mdevs (e.g. by Nova) and a GPU in Nova's
-    [pci] device_spec are left alone, with the reason said once."""
+    [pci] device_spec are left alone, with the reason said once.
+    """
     CONF.set_override('nova_device_spec', [json.dumps(
         {'vendor_id': '10de', 'address': GPU2})], group='pci_driver')
     host = make_host(spec(mdevs=2))

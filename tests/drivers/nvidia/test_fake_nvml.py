@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The fake NVML, driven only through the real nvidia-ml-py API.
 
 If these pass, code written against pynvml sees the same structs, error
@@ -15,9 +16,9 @@ import time
 import pynvml as N
 import pytest
 
-from cyborg.drivers import pci as pci_driver
 from cyborg.drivers.nvidia import models
 from cyborg.drivers.nvidia.sysfs import RebindError
+from cyborg.drivers import pci as pci_driver
 from cyborg_emulators.nvidia import capture as nvml_capture
 from cyborg_emulators.nvidia import fake_nvml
 from cyborg_emulators.nvidia import fake_sysfs
@@ -364,7 +365,8 @@ def test_profiles_and_placements_per_model(start, model):
 
 def test_placement_array_too_small_is_a_crash_not_an_error(start):
     """A real H200 ignores the count passed in and writes all 7 entries
-    past a 2-entry array (the probe process later segfaulted)."""
+    past a 2-entry array (the probe process later segfaulted).
+    """
     start([gpu(mig_mode=1)])
     h = N.nvmlDeviceGetHandleByIndex(0)
     count = ctypes.c_uint(2)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPU health over the real pynvml and the fake NVML: XID classes, ECC,
 lost GPUs, recovery without an agent restart, and the event thread."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """MIG allocator and Placement model: properties over random claim/release
 sequences on every shipped GPU model, plus the packing choices."""
 
@@ -12,7 +13,8 @@ from tests.drivers.nvidia import geometry
 
 class PlacementSim:
     """Placement's capacity check for one provider, fed by the agent's
-    published inventories and traits, and the realised instances."""
+    published inventories and traits, and the realised instances.
+    """
 
     def __init__(self, profiles):
         self.profiles = profiles
@@ -109,7 +111,8 @@ def test_sequential_claims_never_overlap_nor_fail_to_place(model, ops):
 @hypothesis.given(picks=st.lists(st.integers(0, 50), min_size=2, max_size=8))
 def test_concurrent_claims_fail_cleanly_never_overlap(model, picks):
     """Claims granted against one published layout (before the agent
-    republishes) may not all place; the losers fail, nothing overlaps."""
+    republishes) may not all place; the losers fail, nothing overlaps.
+    """
     profiles = geometry.profiles(model)
     sim = PlacementSim(profiles)
     sim.publish()

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the driver reported on a real H200 (tools/nvidia_host_check.py on a
 lent GPU machine, driver 580.159.04, MIG off, no IOMMU in that VM) is what
 it reports on the fake H200: the fake stands in for the hardware."""
@@ -53,7 +54,8 @@ HEALTH = os.path.join(os.path.dirname(FIXTURE), 'h200-real-health-check.json')
 def test_fake_h200_telemetry_and_health_read_like_the_real_one(tmp_path):
     """What .devrun-style checks read on the real H200 (telemetry, health
     probe, the event types NVML lets us register) the fake answers with the
-    same shape and the same supported/unsupported fields."""
+    same shape and the same supported/unsupported fields.
+    """
     with open(HEALTH) as f:
         real = json.load(f)
     host = fake_sysfs.FakeGpuHost({'iommu': False, 'gpus': [{

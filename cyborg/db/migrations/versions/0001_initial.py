@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Initial schema: devices, deployables, attributes, control-path ids,
 attach handles, device profiles and accelerator requests.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Device lifecycle: phase, management state, conditions, and the
 operator's exclusion and reclaim requests.
 

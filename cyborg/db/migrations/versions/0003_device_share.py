@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Sharing by capacity: the share mode (and slots) operators ask of a
 device.
 

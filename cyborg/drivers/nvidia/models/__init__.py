@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """NVML captures of real GPU models (the JSON of
 cyborg_emulators.nvidia.capture): the fake NVML serves them, and the driver
 takes the geometry of a GPU NVML cannot see (bound to vfio-pci since boot)
@@ -42,5 +43,6 @@ def _by_product():
 
 def by_product_id(product_id):
     """nvml.Gpu fields (no address/uuid) of the shipped capture of this
-    PCI device id, or None."""
+    PCI device id, or None.
+    """
     return _by_product().get(product_id) if product_id else None
