@@ -181,17 +181,25 @@ def _answers(url):
         return False
 
 
-@pytest.fixture
-def mariadb():
-    engine = sa.create_engine(MARIADB, isolation_level='AUTOCOMMIT')
+def _server(url, name):
+    """An AUTOCOMMIT engine on a database server, or skip (fail under
+    CYBORG_TEST_REQUIRE_DBS=1) when it does not answer.
+    """
+    engine = sa.create_engine(url, isolation_level='AUTOCOMMIT')
     try:
         with engine.connect():
             pass
     except Exception as e:
         engine.dispose()
         if dbs.required():
-            pytest.fail('MariaDB not reachable: %s' % e)
-        pytest.skip('MariaDB not reachable: %s' % e)
+            pytest.fail('%s not reachable: %s' % (name, e))
+        pytest.skip('%s not reachable: %s' % (name, e))
+    return engine
+
+
+@pytest.fixture
+def mariadb():
+    engine = _server(MARIADB, 'MariaDB')
     yield engine
     engine.dispose()
 
@@ -303,15 +311,7 @@ def test_postgresql_block_then_db_sync(tmp_path):
     """The PostgreSQL variant of step 2: its users and databases, then the
     guide's PostgreSQL connection URL through `cyborg-manage db sync`.
     """
-    engine = sa.create_engine(POSTGRESQL, isolation_level='AUTOCOMMIT')
-    try:
-        with engine.connect():
-            pass
-    except Exception as e:
-        engine.dispose()
-        if dbs.required():
-            pytest.fail('PostgreSQL not reachable: %s' % e)
-        pytest.skip('PostgreSQL not reachable: %s' % e)
+    engine = _server(POSTGRESQL, 'PostgreSQL')
     lab = Lab(tmp_path)
     with open(GUIDE) as f:
         [url] = re.findall(r'`connection = (postgresql\+psycopg2://\S+)`',
