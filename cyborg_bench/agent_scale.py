@@ -73,6 +73,7 @@ import warnings
 
 from cyborg_harness import cpu
 from cyborg_harness import databases
+from cyborg_harness import embedded
 from cyborg_harness import placement as harness_placement
 from cyborg_harness import rabbit
 from cyborg_harness import stats
@@ -752,18 +753,12 @@ def run_phases(args, cleanup, result):
         secs, len(roots) / secs)
 
     # Conductor --------------------------------------------------------
-    server_name = 'bench-conductor'
-    conductor = rpc.get_server(rpc.CONDUCTOR_TOPIC,
-                               [timed_conductor_class()()],
-                               server=server_name)
+    # Reports only: no binder sweeping the database beside them.
+    conductor = embedded.Conductor(manager=timed_conductor_class()(),
+                                   name='bench-conductor', bind=False)
     conductor.start()
-
-    def stop_conductor():
-        conductor.stop()
-        conductor.wait()
-
     cleanup.add('transport', rpc.cleanup)
-    cleanup.add('conductor', stop_conductor)
+    cleanup.add('conductor', conductor.stop)
     meta['transport_url'] = transport_url
 
     # Agents -----------------------------------------------------------

@@ -23,10 +23,14 @@ def point_at(group, url, conf=None):
 
 
 class Conductor:
-    """A conductor: the binder and the RPC server that feeds it."""
+    """A conductor: the binder and the RPC server that feeds it.
+
+    bind=False leaves the binder out (no sweep of the database): a
+    conductor that only stores reports, for measuring them alone.
+    """
 
     def __init__(self, notifier=None, sweep_interval=0.2, stale_after=1.0,
-                 manager=None, name=None):
+                 manager=None, name=None, bind=True):
         from cyborg.agent import rpcapi as agent_rpcapi
         from cyborg.conductor import binder as conductor_binder
         from cyborg.conductor import manager as conductor_manager
@@ -34,7 +38,8 @@ class Conductor:
 
         self.binder = conductor_binder.Binder(
             agent_rpcapi.AgentAPI(), notifier,
-            sweep_interval=sweep_interval, stale_after=stale_after)
+            sweep_interval=sweep_interval,
+            stale_after=stale_after) if bind else None
         self.manager = manager or conductor_manager.ConductorManager(
             self.binder)
         self.server = rpc.get_server(
@@ -43,13 +48,15 @@ class Conductor:
 
     def start(self):
         self.server.start()
-        self.binder.start()
+        if self.binder is not None:
+            self.binder.start()
         return self
 
     def stop(self):
         self.server.stop()
         self.server.wait()
-        self.binder.stop()
+        if self.binder is not None:
+            self.binder.stop()
 
 
 class Agent:
