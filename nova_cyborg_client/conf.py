@@ -43,6 +43,20 @@ def register_opts(conf):
                          group=group)
 
 
+def adapter(context, group, conf=None, **kwargs):
+    """A keystoneauth adapter for the service of option group `group`
+    ([cyborg], [placement]), acting as `context`'s caller; errors come
+    back as responses (raise_exc=False), no microversion bounds.
+    """
+    conf = conf or CONF
+    auth = context.get_auth_plugin()
+    session = ks_loading.load_session_from_conf_options(conf, group,
+                                                        auth=auth)
+    return ks_loading.load_adapter_from_conf_options(
+        conf, group, session=session, auth=auth, min_version=None,
+        max_version=None, raise_exc=False, **kwargs)
+
+
 def new_conf():
     """A fresh, parsed option object (tests, CLI)."""
     conf = cfg.ConfigOpts()

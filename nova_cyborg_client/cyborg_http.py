@@ -24,7 +24,6 @@ and authenticates with the caller's token (the context's auth plugin).
 import json
 
 from keystoneauth1 import exceptions as ks_exc
-from keystoneauth1 import loading as ks_loading
 
 from nova_cyborg_client import conf as nova_conf
 
@@ -126,13 +125,8 @@ class AcceleratorAPI:
     """The accelerator endpoint of [cyborg], as the context's caller."""
 
     def __init__(self, context, conf=None):
-        conf = conf or nova_conf.CONF
-        auth = context.get_auth_plugin()
-        session = ks_loading.load_session_from_conf_options(
-            conf, nova_conf.CYBORG_GROUP, auth=auth)
-        self._adapter = ks_loading.load_adapter_from_conf_options(
-            conf, nova_conf.CYBORG_GROUP, session=session, auth=auth,
-            min_version=None, max_version=None, raise_exc=False)
+        self._adapter = nova_conf.adapter(context, nova_conf.CYBORG_GROUP,
+                                          conf)
 
     def request(self, method, path, params=None, body=None):
         """The JSON body of the answer (None when empty), or a CyborgError.

@@ -3,7 +3,6 @@
 microversion 1.36, with the caller's token.
 """
 
-from keystoneauth1 import loading as ks_loading
 from oslo_log import log
 
 from nova_cyborg_client import conf as nova_conf
@@ -22,13 +21,8 @@ class PlacementError(Exception):
 class PlacementClient:
 
     def __init__(self, context, conf=None):
-        conf = conf or nova_conf.CONF
-        auth = context.get_auth_plugin()
-        session = ks_loading.load_session_from_conf_options(
-            conf, nova_conf.PLACEMENT_GROUP, auth=auth)
-        self._client = ks_loading.load_adapter_from_conf_options(
-            conf, nova_conf.PLACEMENT_GROUP, session=session, auth=auth,
-            min_version=None, max_version=None, raise_exc=False,
+        self._client = nova_conf.adapter(
+            context, nova_conf.PLACEMENT_GROUP, conf,
             default_microversion=scheduler.PLACEMENT_MICROVERSION)
 
     def get_allocation_candidates(self, resource_request):
