@@ -8,7 +8,6 @@ again instead of piling up allocations.
 """
 
 import json
-import os
 import time
 import uuid
 
@@ -16,6 +15,7 @@ from keystoneauth1 import loading as ks_loading
 from oslo_log import log
 import requests
 
+from cyborg import data
 from nova_cyborg_client import conf as nova_conf
 from nova_cyborg_client import context as nova_context
 from nova_cyborg_client import flow
@@ -38,14 +38,12 @@ INSTANCES = (('demo-gpu-1', 'demo-gpu'), ('demo-fpga-1', 'demo-fpga'),
              ('demo-gpu-fpga-1', 'demo-gpu-fpga'))
 # On a host of NVIDIA GPUs (cyborg-aio --host-spec .../h200x2.yaml): one
 # whole H200 for a VM, then MIG instances of several sizes, with the
-# shipped profiles of etc/cyborg/device-profiles.
+# shipped profiles (cyborg/data/device-profiles).
 GPU_INSTANCES = (('demo-h200-whole-1', 'h200-whole'),
                  ('demo-mig-3g-1', 'h200-mig-3g-71gb'),
                  ('demo-mig-2g-1', 'h200-mig-2g-35gb'),
                  ('demo-mig-1g-1', 'h200-mig-1g-18gb'),
                  ('demo-mig-1g-2', 'h200-mig-1g-18gb'))
-PROFILES_DIR = os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), 'etc', 'cyborg', 'device-profiles')
 _NAMESPACE = uuid.UUID('5b0a3a4e-3c51-4f0c-9d0e-6a1f6e0d2c11')
 BINDING_TIMEOUT = 60
 RELEASE_TIMEOUT = 30
@@ -56,9 +54,8 @@ def instance_uuid(name):
 
 
 def shipped_profile(name):
-    """The groups of etc/cyborg/device-profiles/<name>.json."""
-    with open(os.path.join(PROFILES_DIR, name + '.json')) as f:
-        return json.load(f)[0]['groups']
+    """The groups of the shipped device profile `name`."""
+    return data.profile(name)[0]['groups']
 
 
 def gpu_plan():

@@ -70,6 +70,7 @@ import urllib.parse
 import uuid
 import warnings
 
+from cyborg import data
 from cyborg_harness import stats as harness_stats
 
 from cyborg_bench import client as http
@@ -77,8 +78,7 @@ from cyborg_bench import machine
 from cyborg_bench import stats
 
 REPO = machine.REPO
-HOST_SPEC = os.path.join(REPO, 'etc', 'cyborg', 'fake-hosts', 'h200x2.yaml')
-PROFILES = os.path.join(REPO, 'etc', 'cyborg', 'device-profiles')
+HOST_SPEC = data.fake_host('h200x2')
 # A realistic full H200: 4 + 2 + 1 + 1 of the 8 memory slices.
 LAYOUT = ('h200-mig-3g-71gb', 'h200-mig-2g-35gb', 'h200-mig-1g-18gb',
           'h200-mig-1g-18gb')
@@ -112,8 +112,7 @@ def log(msg):
 
 
 def profile_doc(name):
-    with open(os.path.join(PROFILES, name + '.json')) as f:
-        return json.load(f)
+    return data.profile(name)
 
 
 # --------------------------------------------------------------------------
@@ -611,7 +610,7 @@ def run(args):
         meta = machine.describe()
         meta.update({
             'command': ' '.join(['cyborg-bench'] + sys.argv[1:]),
-            'host_spec': os.path.relpath(HOST_SPEC, REPO),
+            'host_spec': os.path.basename(HOST_SPEC),
         })
         discovery = []
         for count in args.gpus:

@@ -11,12 +11,13 @@ import subprocess
 import sys
 import time
 
+from cyborg import data
 from cyborg_harness import processes
 
 READY = re.compile(r'^cyborg-aio ready: api=(\S+/v2) placement=(\S+)$')
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAKE_HOSTS = os.path.join(REPO, 'etc', 'cyborg', 'fake-hosts')
-HOST_SPEC = os.path.join(FAKE_HOSTS, 'gpu-host.yaml')
+FAKE_HOSTS = data.folder(data.FAKE_HOSTS)
+HOST_SPEC = data.fake_host('gpu-host')
 
 
 class NotReady(RuntimeError):

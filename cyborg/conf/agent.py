@@ -32,7 +32,7 @@ agent_opts = [
 fake_driver_opts = [
     cfg.StrOpt('host_spec',
                help='YAML file describing the fake host\'s devices; '
-                    'defaults to etc/cyborg/fake-hosts/gpu-host.yaml.'),
+                    'defaults to the shipped gpu-host spec.'),
 ]
 
 pci_driver_opts = [

@@ -1,16 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """A driver that reports the devices described in a host spec (YAML).
 
-It lets every flow run without hardware: `cyborg-aio` uses
-etc/cyborg/fake-hosts/gpu-host.yaml unless `--host-spec` names another.
+It lets every flow run without hardware: `cyborg-aio` uses the shipped
+gpu-host spec (cyborg/data/fake-hosts) unless `--host-spec` names another.
 """
-
-import os
 
 import yaml
 
 from cyborg.common import pci
 from cyborg.conf import CONF
+from cyborg import data
 from cyborg.drivers import base
 from cyborg.objects import device as records
 
@@ -18,9 +17,7 @@ _DEFAULT_RC = {'GPU': 'PGPU', 'FPGA': 'FPGA'}
 
 
 def default_host_spec():
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))), 'etc', 'cyborg', 'fake-hosts',
-        'gpu-host.yaml')
+    return data.fake_host('gpu-host')
 
 
 def load_spec(path):
