@@ -11,6 +11,7 @@ another Nova), and [nova] points at it.
 """
 
 import os
+import sys
 import time
 
 from oslo_log import log
@@ -104,6 +105,12 @@ class EmbeddedStack:
             self.state_dir, 'nvidia-geometry.json'), group='nvidia')
         # Safe on a fake tree; lets the demo hand a whole GPU to a VM.
         conf.set_override('rebind_for_passthrough', True, group='nvidia')
+        # MPS shares: the fake control program, one daemon per GPU here.
+        conf.set_override('mps_control_command', '%s -m %s' % (
+            sys.executable, 'cyborg_emulators.nvidia.fake_mps_control'),
+            group='nvidia')
+        conf.set_override('mps_root', os.path.join(self.state_dir, 'mps'),
+                          group='nvidia')
 
     def _point_at_nova(self):
         """[nova] → the events API of nova_cyborg_client, served in this

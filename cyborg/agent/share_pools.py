@@ -142,7 +142,10 @@ class SharePools:
 
     @staticmethod
     def _describe(obs):
-        return '%s, %d slots' % (obs['mode'], obs['slots'])
+        text = '%s, %d slots' % (obs['mode'], obs['slots'])
+        if obs.get('enforcer'):
+            text += ', enforced by the %s' % obs['enforcer']
+        return text
 
     # After Placement sync: take or give back pools ------------------------
 

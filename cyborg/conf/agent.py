@@ -90,6 +90,17 @@ nvidia_opts = [
                     'pool besides what the driver reserves (NVML v2 '
                     '`reserved`): CUDA contexts and the MPS server need '
                     'some, and a share must never exceed the card.'),
+    cfg.StrOpt('mps_control_command', default='nvidia-cuda-mps-control',
+               help='The MPS control program (split like a shell command) '
+                    'the agent starts, one daemon per GPU shared by MPS, '
+                    'and talks to through its command language.'),
+    cfg.StrOpt('mps_root', default='/var/run/cyborg/mps',
+               help='Directory under which each MPS-shared GPU gets '
+                    '<GPU UUID>/pipe (CUDA_MPS_PIPE_DIRECTORY, which its '
+                    'clients set too) and <GPU UUID>/log '
+                    '(CUDA_MPS_LOG_DIRECTORY).'),
+    cfg.IntOpt('mps_command_timeout', default=15, min=1,
+               help='Seconds one MPS control command may take.'),
 ]
 
 GROUPS = {

@@ -3,10 +3,13 @@
 conductor and Placement with the nvidia driver over the fake NVML: the
 `_share` provider's totals, one ARQ per share bound through it, Placement
 never handing out more than the card, and share pool vs whole/MIG use
-excluding each other through the pool consumer's allocation."""
+excluding each other through the pool consumer's allocation; MPS shares
+enforced by the GPU's MPS control daemon (the fake control program),
+time-slice shares offered only where vGPU types enforce them."""
 
 import json
 import os
+import sys
 import time
 import uuid
 
@@ -16,6 +19,7 @@ from cyborg.agent import providers
 from cyborg.agent import share_pools
 from cyborg.conf import CONF
 from cyborg.drivers.nvidia import shares
+from cyborg_emulators.nvidia import fake_mps_control
 from cyborg_emulators.nvidia import fake_sysfs
 from tests.conductor import test_binding
 from tests.conductor import test_gpu_binding
@@ -26,6 +30,7 @@ GPU = '0000:1b:00.0'
 SHARE = GPU + '_share'
 V24 = test_gpu_lifecycle.V24
 PROFILE = 'gpu-share-mps-25pct-16g'
+PROFILE_TIMESLICE = 'gpu-share-timeslice-25pct-16g'
 # The fake H200 capture: NVML total 143771 MiB, v2 reserved 615.06 MiB
 # (rounded up), minus the default 256 MiB margin.
 SHARE_MEMORY = 143771 - 616 - 256
@@ -33,18 +38,32 @@ MIG_1G = {'CUSTOM_GPU_MEM_SLICE': 1, 'CUSTOM_GPU_COMPUTE_SLICE': 1,
           'CUSTOM_GPU_NVDEC': 1, 'CUSTOM_GPU_NVJPG': 1}
 
 
+FAKE_MPS = '%s -m cyborg_emulators.nvidia.fake_mps_control' % sys.executable
+VGPU_TYPES = [{'name': 'GRID H200-72C', 'framebuffer_mb': 73728},
+              {'name': 'GRID H200-18C', 'framebuffer_mb': 18432},
+              {'name': 'GRID H200-36C', 'framebuffer_mb': 36864}]
+
+
 @pytest.fixture
-def gpu_host(tmp_path):
-    host = fake_sysfs.FakeGpuHost({'iommu': True, 'gpus': [{
-        'model': 'h200', 'pci_address': GPU, 'mig_mode': 1,
-        'vgpu_types': [
-            {'name': 'GRID H200-72C', 'framebuffer_mb': 73728},
-            {'name': 'GRID H200-18C', 'framebuffer_mb': 18432},
-            {'name': 'GRID H200-36C', 'framebuffer_mb': 36864}]}]},
-        root=str(tmp_path / 'sys'))
+def gpu_host(request, tmp_path):
+    gpu = {'model': 'h200', 'pci_address': GPU, 'mig_mode': 0}
+    gpu.update(getattr(request, 'param', {}))
+    host = fake_sysfs.FakeGpuHost({'iommu': True, 'gpus': [gpu]},
+                                  root=str(tmp_path / 'sys'))
     with host:
         CONF.set_override('sysfs_root', host.root, group='nvidia')
+        CONF.set_override('mps_control_command', FAKE_MPS, group='nvidia')
+        CONF.set_override('mps_root', str(tmp_path / 'mps'), group='nvidia')
         yield host
+
+
+def gpu_uuid(stack):
+    board = test_gpu_lifecycle.device(stack, GPU)['std_board_info']
+    return (json.loads(board) if isinstance(board, str) else board)['uuid']
+
+
+def mps_pipe(stack):
+    return os.path.join(CONF.nvidia.mps_root, gpu_uuid(stack), 'pipe')
 
 
 @pytest.fixture
@@ -54,7 +73,12 @@ def stack(sqlite_database, placement_service, nova_server, gpu_host):
     s.gpu_host = gpu_host
     with open(os.path.join(test_gpu_binding.PROFILES,
                            PROFILE + '.json')) as f:
-        s.profile(PROFILE, json.load(f)[0]['groups'])
+        groups = json.load(f)[0]['groups']
+    s.profile(PROFILE, groups)
+    s.profile(PROFILE_TIMESLICE, [dict(
+        {k: v for k, v in g.items() if k != 'trait:CUSTOM_GPU_SHARE_MPS'},
+        **{'trait:CUSTOM_GPU_SHARE_TIMESLICE': 'required'})
+        for g in groups])
     yield s
     s.stop()
 
@@ -127,10 +151,32 @@ def test_share_pool_binds_shares_and_excludes_whole_and_mig(stack):
     [bound] = stack.wait_resolved(instance)
     assert bound['state'] == 'Bound', bound
     info = bound['attach_handle_info']
-    assert bound['attach_handle_type'] == 'MDEV'
     assert (info['share_mode'], info['share_memory_mb'],
             info['share_percent']) == ('mps', 16384, 25)
-    assert info['vgpu_type'] == 'nvidia-1101'     # the 18C: smallest fit
+    assert info['enforcer'] == shares.MPS_ENFORCER
+    pipe = mps_pipe(stack)
+    assert info['mps_pipe_directory'] == pipe
+    assert info['mps_client_env'] == {
+        'CUDA_MPS_PIPE_DIRECTORY': pipe,
+        'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE': '25',
+        'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT': '0=16384M'}
+    # The agent started the GPU's daemon pinned to it, with one slot's
+    # even share as the ceiling, then raised it to the bound share.
+    daemon = fake_mps_control.load(pipe)
+    assert daemon['visible_devices'] == gpu_uuid(stack)
+    assert [c for c in fake_mps_control.commands(pipe)
+            if c.startswith('set_')] == [
+        'set_default_active_thread_percentage 25',
+        'set_default_device_pinned_mem_limit 0 %dM' % (SHARE_MEMORY // 4),
+        'set_default_active_thread_percentage 25',
+        'set_default_device_pinned_mem_limit 0 16384M']
+    # A client with the share's environment gets the share's limits; one
+    # without it, the ceiling (never the whole GPU).
+    assert fake_mps_control.connect_client(
+        pipe, 5001, 1000, info['mps_client_env']) == {
+            'thread_percentage': 25.0, 'pinned_mem_limit_mib': 16384}
+    assert fake_mps_control.connect_client(pipe, 5002, 1000, {}) == {
+        'thread_percentage': 25.0, 'pinned_mem_limit_mib': 16384}
     stack.agent.report_once(full=True)
     assert test_gpu_lifecycle.device(stack, GPU)['management_state'] == \
         'Managed'
@@ -167,8 +213,13 @@ def test_share_pool_binds_shares_and_excludes_whole_and_mig(stack):
     dev = test_gpu_lifecycle.device(stack, GPU)
     assert share_condition(dev) is None
     assert allocate(stack, gpu_rp, MIG_1G) == 204
+    # No pool, no daemon.
+    assert fake_mps_control.load(pipe) is None
+    assert fake_mps_control.commands(pipe) == []
 
 
+@pytest.mark.parametrize('gpu_host', [{'vgpu_types': VGPU_TYPES}],
+                         indirect=True)
 def test_share_mode_refused_while_mig_is_in_use(stack):
     gpu_rp = stack.rp(GPU)
     mig_claim = str(uuid.uuid4())
@@ -209,3 +260,56 @@ def test_smallest_vgpu_type():
     assert shares.smallest_vgpu_type(types, 16384) == 'b'
     assert shares.smallest_vgpu_type(types, 20000) == 'a'
     assert shares.smallest_vgpu_type(types, 200000) is None
+
+
+@pytest.mark.parametrize('gpu_host', [{'vgpu_types': VGPU_TYPES}],
+                         indirect=True)
+def test_time_slice_share_binds_as_a_vgpu_type(stack):
+    """A time-slice share is a VM's: the vGPU type that holds it."""
+    set_share(stack, 'time-slice', slots=4)
+    arqs = stack.create_arqs(PROFILE_TIMESLICE)
+    instance = str(uuid.uuid4())
+    assert allocate(stack, stack.rp(SHARE), {
+        'CUSTOM_GPU_MEMORY_MB': 16384, 'CUSTOM_GPU_CORE_PERCENT': 25,
+        'CUSTOM_GPU_SHARE_SLOT': 1}, instance) == 204
+    assert stack.bind(arqs, instance, [stack.rp(SHARE)]).status_int == 202
+    [bound] = stack.wait_resolved(instance)
+    assert bound['state'] == 'Bound', bound
+    info = bound['attach_handle_info']
+    assert info['vgpu_type'] == 'nvidia-1101'     # the 18C: smallest fit
+    assert info['enforcer'] == shares.VGPU_ENFORCER
+    assert 'mps_client_env' not in info
+    assert fake_mps_control.load(mps_pipe(stack)) is None
+
+
+def test_time_slice_share_not_offered_where_nothing_enforces_it(stack):
+    """No vGPU types (data-center driver): nothing would limit a
+    time-sliced process, so no share provider, and the condition says why.
+    """
+    dev = set_share(stack, 'time-slice')
+    assert share_condition(dev) == ('False', 'Unsupported')
+    [message] = [c['message'] for c in dev['conditions']
+                 if c['type'] == 'Share']
+    assert 'nothing limits a time-sliced process' in message
+    assert stack.placement.provider(share_rp(stack)) is None
+    assert pool(stack) == {}
+
+
+@pytest.mark.parametrize('gpu_host', [{'mig_mode': 1}], indirect=True)
+def test_mps_share_not_offered_in_mig_mode(stack):
+    dev = set_share(stack, 'mps')
+    assert share_condition(dev) == ('False', 'Unsupported')
+    assert stack.placement.provider(share_rp(stack)) is None
+    assert fake_mps_control.load(mps_pipe(stack)) is None
+
+
+def test_mps_share_not_offered_when_the_daemon_cannot_start(stack):
+    CONF.set_override('mps_control_command', '/nonexistent/mps-control',
+                      group='nvidia')
+    stack.driver.shares.mps.command = ['/nonexistent/mps-control']
+    dev = set_share(stack, 'mps')
+    assert share_condition(dev) == ('False', 'Unsupported')
+    [message] = [c['message'] for c in dev['conditions']
+                 if c['type'] == 'Share']
+    assert 'did not start' in message
+    assert stack.placement.provider(share_rp(stack)) is None

@@ -12,7 +12,8 @@ to the module of its concern, all sharing one state.HostState:
 - mig_binding: MIG instances made and destroyed for bindings, their
   ownership, re-created after a reboot;
 - shares: GPUs shared by capacity (MPS / time-slice), the `_share`
-  deployable;
+  deployable, offered only where something enforces it (mps: the MPS
+  control daemon per GPU);
 - reclaim: resetting a GPU nobody owns;
 - telemetry and health: what metrics read, XID/ECC events.
 
@@ -42,7 +43,7 @@ class NvidiaDriver(base.Driver):
     name = 'nvidia'
     inventory_follows_bindings = True
 
-    def __init__(self, backend=None, sysfs=None):
+    def __init__(self, backend=None, sysfs=None, mps=None):
         self.backend = backend or nvml.PynvmlBackend()
         self.sysfs = sysfs or sysfs_mod.for_root(CONF.nvidia.sysfs_root)
         # Short event waits: an NVML restart (after a GPU comes back to
@@ -54,7 +55,7 @@ class NvidiaDriver(base.Driver):
             self.backend, self.sysfs, geometry_cache.GeometryCache(),
             self.health)
         self.mig = mig_binding.MigBinding(self.state)
-        self.shares = shares_mod.Shares(self.state, self.name)
+        self.shares = shares_mod.Shares(self.state, self.name, mps)
         self.passthrough = passthrough.Passthrough(self.state)
         self.discovery = discovery.Discovery(self.name, self.state,
                                              self.mig, self.shares)
@@ -94,7 +95,8 @@ class NvidiaDriver(base.Driver):
     def prepare(self, deployable_name, handle):
         address = shares_mod.share_address(deployable_name)
         if address:
-            return self.shares.prepare(address, handle)
+            with self.state.locks[address]:
+                return self.shares.prepare(address, handle)
         address = deployable_name
         with self.state.locks[address]:
             gpu = self.state.geometry.get(address)
@@ -109,6 +111,11 @@ class NvidiaDriver(base.Driver):
                                     state_mod.attach_info(handle))
 
     def release(self, deployable_name, handle):
+        address = shares_mod.share_address(deployable_name)
+        if address:
+            with self.state.locks[address]:
+                self.shares.release(address, handle)
+            return
         address = deployable_name
         info = state_mod.attach_info(handle)
         with self.state.locks[address]:

@@ -4,21 +4,50 @@
 A GPU the operator put into a share mode is also reported as a second
 deployable, `<address>_share`, whose provider offers percent of the SMs,
 MiB of memory and client slots. The agent makes the share pool exclusive
-with whole/MIG use in Placement (cyborg.agent.share_pools); binding a
-share only records what it grants (and, for VMs, the smallest vGPU type
-that fits).
+with whole/MIG use in Placement (cyborg.agent.share_pools).
+
+A share is only offered where something enforces it (`enforcer()`):
+
+- mps: the GPU's MPS control daemon (cyborg.drivers.nvidia.mps), started
+  by the agent when the pool is offered, holds the ceiling; each bound
+  share's own SM percent and memory go to its consumer as the MPS client
+  environment. Needs compute capability 7.0+ and MIG mode off (in MIG
+  mode CUDA sees only MIG devices). For processes and containers, not
+  VMs.
+- time-slice: only where the vGPU Manager offers vGPU types, which fix
+  each VM's framebuffer and schedule the SMs: the share binds as the
+  smallest vGPU type holding its memory. On a data-center-driver host
+  nothing limits a time-sliced process's memory or SMs, so no
+  time-slice share is offered there.
 """
 
+import json
 import re
+
+from oslo_log import log
 
 from cyborg.conf import CONF
 from cyborg.drivers import base
+from cyborg.drivers.nvidia import mps as mps_mod
 from cyborg.drivers.nvidia import resources
 from cyborg.objects import device as records
 
+LOG = log.getLogger(__name__)
 SHARE_SUFFIX = '_share'
+MPS_ENFORCER = 'MPS control daemon'
+VGPU_ENFORCER = 'vGPU Manager (vGPU type framebuffer and scheduler)'
 _FRAMEBUFFER = re.compile(r'framebuffer=(\d+)M', re.I)
 _TYPE_SIZE = re.compile(r'-(\d+)[A-Z]*$')
+
+
+def _info(handle):
+    info = handle.get('attach_info') or {}
+    if isinstance(info, str):
+        try:
+            info = json.loads(info)
+        except ValueError:
+            return {}
+    return info
 
 
 def share_name(address):
@@ -51,15 +80,34 @@ def smallest_vgpu_type(types, memory_mb):
     return sized[0][1] if sized else None
 
 
+def share_limits(info):
+    """(percent, MiB) an MPS share's attach info grants, or None."""
+    if not isinstance(info, dict) or info.get('share_mode') != 'mps':
+        return None
+    try:
+        return (int(info['share_percent']), int(info['share_memory_mb']))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def default_daemons():
+    return mps_mod.MpsDaemons(CONF.nvidia.mps_root,
+                              CONF.nvidia.mps_control_command,
+                              CONF.nvidia.mps_command_timeout)
+
+
 class Shares:
     """The share modes operators set and the shares bindings hold."""
 
-    def __init__(self, state, driver_name):
+    def __init__(self, state, driver_name, mps=None):
         self.state = state
         self.driver_name = driver_name
+        self.mps = mps or default_daemons()
         self._modes = {}    # address → {mode, slots} the operator set
         self._bound = {}    # address → share handles bindings hold
         self._slots = {}    # address → slots last reported
+        self._limits = {}   # address → {handle uuid: (percent, MiB)}
+        self._daemons = {}  # address → GPU UUID whose MPS daemon we run
 
     def set_modes(self, modes):
         """The share modes operators asked for ({address: {mode, slots}};
@@ -82,7 +130,55 @@ class Shares:
                  if share_address(name) and handles}
         changed = bound != self._bound
         self._bound = bound
+        limits = {}
+        for name, handles in prepared.items():
+            address = share_address(name)
+            for handle in handles or ():
+                granted = share_limits(_info(handle))
+                if address and granted:
+                    limits.setdefault(address, {})[handle.get('uuid')] = \
+                        granted
+        self._limits = limits
         return changed
+
+    def enforcer(self, gpu, mode):
+        """(what enforces a `mode` share of `gpu`, None) or (None, why
+        no share of that mode can be offered there).
+        """
+        if mode == 'mps':
+            why = mps_mod.supported(gpu.compute_capability)
+            if why:
+                return None, why
+            if gpu.mig_current:
+                return None, ('MIG mode is on: CUDA sees only MIG devices, '
+                              'so MPS on the whole GPU cannot run')
+            return MPS_ENFORCER, None
+        if self.state.sysfs.mdev_types(gpu.address):
+            return VGPU_ENFORCER, None
+        return None, ('time-slice shares are not offered here: without '
+                      'the vGPU Manager nothing limits a time-sliced '
+                      'process\'s memory or SMs (use mps)')
+
+    def _ceiling(self, gpu, slots):
+        """What any MPS client of the GPU may get at most: the largest
+        share bound on it, or one slot's even share while none is.
+        """
+        granted = list(self._limits.get(gpu.address, {}).values())
+        if granted:
+            return (max(p for p, _ in granted), max(m for _, m in granted))
+        memory = resources.share_memory_mb(
+            gpu, CONF.nvidia.share_memory_margin_mb)
+        return max(1, 100 // max(slots, 1)), max(1, memory // max(slots, 1))
+
+    def _stop_daemon(self, address):
+        gpu_uuid = self._daemons.pop(address, None)
+        if gpu_uuid is None:
+            return
+        try:
+            self.mps.stop(gpu_uuid)
+        except mps_mod.MpsError as e:
+            LOG.warning('Could not stop the MPS daemon of GPU %s: %s',
+                        address, e)
 
     def deployable(self, gpu, mode, gpu_traits):
         """The `_share` deployable of a GPU in a share mode (or one that
@@ -93,6 +189,7 @@ class Shares:
         bound = self._bound.get(gpu.address, 0)
         if wanted is None and not bound:
             self._slots.pop(gpu.address, None)
+            self._stop_daemon(gpu.address)
             return None, None
         slots = (wanted['slots'] if wanted
                  else self._slots.get(gpu.address, bound))
@@ -107,6 +204,19 @@ class Shares:
                    or 'no driver')))
             if not bound:
                 return None, observation
+        elif wanted:
+            enforcer, why = self.enforcer(gpu, wanted['mode'])
+            if enforcer == MPS_ENFORCER:
+                try:
+                    self.mps.ensure(gpu.uuid, *self._ceiling(gpu, slots))
+                    self._daemons[gpu.address] = gpu.uuid
+                except mps_mod.MpsError as e:
+                    enforcer, why = None, str(e)
+            observation['enforcer'] = enforcer
+            if enforcer is None:
+                observation.update(ready=False, why=why)
+                if not bound:
+                    return None, observation
         invs = resources.share_inventories(
             gpu, slots, CONF.nvidia.share_memory_margin_mb,
             fenced=not (wanted and observation['ready']))
@@ -130,9 +240,9 @@ class Shares:
 
     def prepare(self, address, handle):
         """What a share grants; Placement already counted it against the
-        pool. Nothing is made on the GPU: MPS/time-slice consumers enforce
-        (or not) their limits themselves. For VMs, the smallest vGPU type
-        that holds the memory (when the host has the vGPU manager).
+        pool. MPS: the client environment with the share's limits, and the
+        daemon's ceiling raised to it if needed. Time-slice (VMs): the
+        smallest vGPU type that holds the memory.
         """
         wanted = self._modes.get(address)
         if wanted is None:
@@ -145,19 +255,71 @@ class Shares:
             raise base.PrepareError(
                 'A share of GPU %s asks for neither %s nor %s'
                 % (address, resources.MEMORY_MB, resources.CORE_PERCENT))
+        gpu = self.state.geometry.get(address)
+        if wanted['mode'] == 'mps':
+            return self._prepare_mps(gpu, address, handle, memory, percent)
         info = {'share_mode': wanted['mode']}
         if memory is not None:
             info['share_memory_mb'] = memory
         if percent is not None:
             info['share_percent'] = percent
         types = self.state.sysfs.mdev_types(address)
-        if types:
-            gpu = self.state.geometry.get(address)
-            fit = memory or (gpu.memory_total // resources.MIB * percent
-                             // 100 if gpu else 0)
-            vgpu = smallest_vgpu_type(types, fit)
-            if vgpu is None:
-                raise base.PrepareError('No vGPU type of GPU %s holds %d MiB'
-                                        % (address, fit))
-            info['vgpu_type'] = vgpu
+        if not types:
+            raise base.PrepareError(
+                'GPU %s has no vGPU types: nothing would enforce a '
+                'time-slice share' % address)
+        fit = memory or (gpu.memory_total // resources.MIB * percent
+                         // 100 if gpu else 0)
+        vgpu = smallest_vgpu_type(types, fit)
+        if vgpu is None:
+            raise base.PrepareError('No vGPU type of GPU %s holds %d MiB'
+                                    % (address, fit))
+        info.update(vgpu_type=vgpu, enforcer=VGPU_ENFORCER)
         return info
+
+    def _prepare_mps(self, gpu, address, handle, memory, percent):
+        if gpu is None:
+            raise base.PrepareError('GPU %s is not known to the nvidia '
+                                    'driver on this host' % address)
+        enforcer, why = self.enforcer(gpu, 'mps')
+        if enforcer is None:
+            raise base.PrepareError(why)
+        pool = resources.share_memory_mb(gpu,
+                                         CONF.nvidia.share_memory_margin_mb)
+        percent = 100 if percent is None else percent
+        if memory is None:
+            memory = max(1, pool * percent // 100)
+        granted = self._limits.setdefault(address, {})
+        granted[handle.get('uuid')] = (percent, memory)
+        ceiling = self._ceiling(gpu, 1)
+        try:
+            self.mps.ensure(gpu.uuid, *ceiling)
+            self._daemons[address] = gpu.uuid
+            self.mps.set_ceiling(gpu.uuid, *ceiling)
+        except mps_mod.MpsError as e:
+            granted.pop(handle.get('uuid'), None)
+            raise base.PrepareError(str(e))
+        pipe, _ = self.mps.directories(gpu.uuid)
+        return {'share_mode': 'mps', 'share_memory_mb': memory,
+                'share_percent': percent, 'enforcer': MPS_ENFORCER,
+                'mps_pipe_directory': pipe,
+                'mps_client_env': self.mps.client_env(gpu.uuid, percent,
+                                                      memory)}
+
+    def release(self, address, handle):
+        """A share is unbound: its limits no longer count toward the MPS
+        ceiling (clients already connected keep theirs until they exit).
+        """
+        granted = self._limits.get(address, {})
+        if granted.pop(handle.get('uuid'), None) is None:
+            return
+        gpu = self.state.geometry.get(address)
+        gpu_uuid = self._daemons.get(address)
+        if gpu is None or gpu_uuid is None:
+            return
+        try:
+            self.mps.set_ceiling(gpu_uuid, *self._ceiling(
+                gpu, self._slots.get(address, 1)))
+        except mps_mod.MpsError as e:
+            LOG.warning('Could not lower the MPS ceiling of GPU %s: %s',
+                        address, e)
