@@ -15,13 +15,22 @@ per-device metric):
     cyborg_gpu_memory_used_bytes, cyborg_gpu_memory_total_bytes
     cyborg_gpu_utilization_ratio, cyborg_gpu_memory_utilization_ratio (0-1)
     cyborg_gpu_temperature_celsius, cyborg_gpu_power_watts
-    cyborg_gpu_ecc_errors_total{type=corrected|uncorrected}  (gauge of the
-        volatile counter, which a driver reload resets)
+    cyborg_gpu_ecc_errors_total{type=corrected|uncorrected}  (counter:
+        NVML's volatile count, which a driver reload resets; Prometheus
+        rate() handles the reset)
     cyborg_gpu_xid_errors_total{xid}    (from the driver's health monitor)
     cyborg_gpu_mig_instances{profile}
     cyborg_mig_instance_memory_used_bytes{mig_uuid, profile, start, arq,
         server}  (summed memory of the processes NVML puts in the MIG
         instance; arq/server are empty for an instance no ARQ holds)
+    cyborg_consumer_memory_used_bytes, cyborg_consumer_memory_limit_bytes,
+    cyborg_consumer_sm_utilization_ratio,
+    cyborg_consumer_memory_utilization_ratio (0-1)
+        {kind=vgpu|mig-vgpu|mps, consumer, arq, instance}: one series per
+        running vGPU instance (consumer = its vGPU UUID; instance = the
+        VM's domain UUID NVML reports, else the ARQ's) and per MPS client
+        process (consumer = its PID, matched to the share it holds by the
+        CYBORG_SHARE_HANDLE its environment carries; limit = the share's)
     cyborg_device_phase{phase}, cyborg_device_management_state{state}
         (state sets: 1 for the current value, 0 for the others)
     cyborg_device_condition{type, status}
@@ -29,6 +38,13 @@ per-device metric):
     cyborg_agent_report_seconds (histogram of report pass durations)
     cyborg_agent_report_failures_total
     cyborg_agent_last_report_timestamp_seconds
+
+Beside them, the DCGM exporter's names for what both can read, with its
+labels (gpu = NVML minor number, UUID, pci_bus_id, device = nvidiaN,
+modelName, Hostname) and units, so dashboards built for dcgm-exporter
+work unchanged: DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_MEM_COPY_UTIL (%),
+DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_FB_FREE (MiB), DCGM_FI_DEV_GPU_TEMP
+(C), DCGM_FI_DEV_POWER_USAGE (W) (dcgm-exporter etc/default-counters.csv).
 """
 
 import json
@@ -53,6 +69,10 @@ except (ImportError, AttributeError):   # pragma: no cover
     STATES = ('Managed', 'Excluded', 'Orphaned', 'Unclaimed', 'Unknown')
 
 DEVICE_LABELS = ('host', 'device', 'uuid', 'model')
+CONSUMER_LABELS = ('kind', 'consumer', 'arq', 'instance')
+DCGM_LABELS = ('gpu', 'UUID', 'pci_bus_id', 'device', 'modelName',
+               'Hostname')
+MIB = 1 << 20
 REPORT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                   30.0, 60.0)
 
@@ -180,9 +200,41 @@ class _Families:
         self.temperature = gauge('cyborg_gpu_temperature_celsius',
                                  'GPU core temperature.')
         self.power = gauge('cyborg_gpu_power_watts', 'GPU power draw.')
-        self.ecc = gauge('cyborg_gpu_ecc_errors_total',
-                         'Volatile ECC error counts (since the last driver '
-                         'load).', ('type',))
+        self.ecc = core.CounterMetricFamily(
+            'cyborg_gpu_ecc_errors', 'Volatile ECC errors (since the last '
+            'driver load).', labels=DEVICE_LABELS + ('type',))
+        self.consumer_used = gauge(
+            'cyborg_consumer_memory_used_bytes',
+            'GPU memory a consumer (vGPU instance, MPS client) uses.',
+            CONSUMER_LABELS)
+        self.consumer_limit = gauge(
+            'cyborg_consumer_memory_limit_bytes',
+            'GPU memory a consumer may use (vGPU type framebuffer, MPS '
+            'share).', CONSUMER_LABELS)
+        self.consumer_sm = gauge(
+            'cyborg_consumer_sm_utilization_ratio',
+            'Share of the last sample period a consumer kept the SMs busy '
+            '(0-1).', CONSUMER_LABELS)
+        self.consumer_mem_util = gauge(
+            'cyborg_consumer_memory_utilization_ratio',
+            'Share of the last sample period a consumer read or wrote GPU '
+            'memory (0-1).', CONSUMER_LABELS)
+
+        def dcgm(name, doc):
+            return core.GaugeMetricFamily(name, doc, labels=DCGM_LABELS)
+        self.dcgm = {
+            'utilization_gpu': dcgm('DCGM_FI_DEV_GPU_UTIL',
+                                    'GPU utilization (in %).'),
+            'utilization_memory': dcgm('DCGM_FI_DEV_MEM_COPY_UTIL',
+                                       'Memory utilization (in %).'),
+            'fb_used': dcgm('DCGM_FI_DEV_FB_USED',
+                            'Framebuffer memory used (in MiB).'),
+            'fb_free': dcgm('DCGM_FI_DEV_FB_FREE',
+                            'Framebuffer memory free (in MiB).'),
+            'temperature_c': dcgm('DCGM_FI_DEV_GPU_TEMP',
+                                  'GPU temperature (in C).'),
+            'power_w': dcgm('DCGM_FI_DEV_POWER_USAGE',
+                            'Power draw (in W).')}
         self.xid = core.CounterMetricFamily(
             'cyborg_gpu_xid_errors', 'XID errors seen since the agent '
             'started.', labels=DEVICE_LABELS + ('xid',))
@@ -206,8 +258,10 @@ class _Families:
     def all(self):
         return [self.memory_used, self.memory_total, self.util,
                 self.mem_util, self.temperature, self.power, self.ecc,
-                self.xid, self.mig, self.mig_memory, self.phase, self.state,
-                self.condition]
+                self.xid, self.mig, self.mig_memory, self.consumer_used,
+                self.consumer_limit, self.consumer_sm,
+                self.consumer_mem_util, self.phase, self.state,
+                self.condition] + list(self.dcgm.values())
 
 
 def _put(family, labels, value, scale=1.0):
@@ -294,6 +348,8 @@ class AgentCollector:
             per_profile[mi['profile']] = per_profile.get(mi['profile'], 0) + 1
         for profile, count in sorted(per_profile.items()):
             f.mig.add_metric(labels + [profile], count)
+        self._dcgm(f, host, address, uuid, device, data)
+        self._consumers(f, labels, data, in_use)
         owners = _arq_by_instance(in_use.get(address))
         for mi in instances:
             owner = owners.get(mi.get('mig_uuid')) or owners.get(
@@ -302,6 +358,72 @@ class AgentCollector:
                  labels + [str(mi.get('mig_uuid') or ''), mi['profile'],
                            str(mi.get('start')), owner[0], owner[1]],
                  mi.get('memory_used'))
+
+    @staticmethod
+    def _dcgm(f, host, address, uuid, device, data):
+        minor = data.get('minor')
+        domain, _, rest = address.partition(':')
+        labels = ['' if minor is None else str(minor), uuid,
+                  ('%08x:%s' % (int(domain, 16), rest.upper())
+                   if rest else address),
+                  '' if minor is None else 'nvidia%d' % minor,
+                  str(device.model or ''), host]
+        used, total = data.get('memory_used'), data.get('memory_total')
+        free = data.get('memory_free')
+        if free is None and used is not None and total is not None:
+            free = total - used
+        values = {'utilization_gpu': data.get('utilization_gpu'),
+                  'utilization_memory': data.get('utilization_memory'),
+                  'fb_used': None if used is None else used // MIB,
+                  'fb_free': None if free is None else free // MIB,
+                  'temperature_c': data.get('temperature_c'),
+                  'power_w': (None if data.get('power_mw') is None
+                              else data['power_mw'] / 1000.0)}
+        for key, family in f.dcgm.items():
+            _put(family, labels, values[key])
+
+    @staticmethod
+    def _consumers(f, labels, data, in_use):
+        by_handle, by_instance = {}, {}
+        for handles in in_use.values():
+            for handle in handles or ():
+                owner = (handle.get('arq_uuid') or '',
+                         handle.get('instance_uuid') or '', handle)
+                if handle.get('uuid'):
+                    by_handle[handle['uuid']] = owner
+                if handle.get('instance_uuid'):
+                    by_instance[handle['instance_uuid']] = owner
+        for vgpu in data.get('vgpus') or ():
+            owner = by_handle.get(vgpu.get('mdev_uuid')) or by_instance.get(
+                vgpu.get('vm_id')) or ('', '', None)
+            series = labels + [
+                'mig-vgpu' if vgpu.get('gi') is not None else 'vgpu',
+                str(vgpu.get('uuid') or vgpu.get('instance')), owner[0],
+                vgpu.get('vm_id') or owner[1]]
+            _put(f.consumer_used, series, vgpu.get('fb_used'))
+            _put(f.consumer_limit, series, vgpu.get('fb_total'))
+            _put(f.consumer_sm, series, vgpu.get('sm_util'), 0.01)
+            _put(f.consumer_mem_util, series, vgpu.get('mem_util'), 0.01)
+        for client in data.get('mps_clients') or ():
+            arq, instance, handle = by_handle.get(
+                client.get('share_handle'), ('', '', None))
+            series = labels + ['mps', str(client['pid']), arq, instance]
+            _put(f.consumer_used, series, client.get('memory_used'))
+            limit = _attach_info(handle).get('share_memory_mb')
+            _put(f.consumer_limit, series,
+                 None if limit is None else int(limit) * MIB)
+            _put(f.consumer_sm, series, client.get('sm_util'), 0.01)
+            _put(f.consumer_mem_util, series, client.get('mem_util'), 0.01)
+
+
+def _attach_info(handle):
+    info = (handle or {}).get('attach_info') or {}
+    if isinstance(info, str):
+        try:
+            info = json.loads(info)
+        except ValueError:
+            return {}
+    return info if isinstance(info, dict) else {}
 
 
 def registry_for(agent, reports=None):

@@ -101,6 +101,10 @@ nvidia_opts = [
                     '(CUDA_MPS_LOG_DIRECTORY).'),
     cfg.IntOpt('mps_command_timeout', default=15, min=1,
                help='Seconds one MPS control command may take.'),
+    cfg.StrOpt('proc_root', default='/proc',
+               help='Where the agent reads an MPS client\'s environment '
+                    '(<pid>/environ) to tell which share it holds, for '
+                    'per-consumer metrics.'),
 ]
 
 GROUPS = {

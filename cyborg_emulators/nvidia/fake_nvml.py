@@ -1330,3 +1330,12 @@ class _Library:
     def nvmlEventSetFree(self, es):
         self.fake._retire(es.handle)
         self.fake._cond.notify_all()
+
+
+# Per-consumer telemetry (vGPU instances, MPS clients, process
+# utilisation) lives in its own module; a symbol defined above wins.
+from cyborg_emulators.nvidia import fake_consumer_telemetry  # noqa: E402
+
+for _name in fake_consumer_telemetry.SYMBOLS:
+    if not hasattr(_Library, _name):
+        setattr(_Library, _name, getattr(fake_consumer_telemetry, _name))

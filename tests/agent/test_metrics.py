@@ -20,6 +20,7 @@ from cyborg.drivers import base
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import driver as nvidia
 from cyborg.objects import device as records
+from cyborg_emulators.nvidia import fake_consumer_telemetry as consumers
 from cyborg_emulators.nvidia import fake_sysfs
 
 GPU1 = '0000:1b:00.0'      # MIG off
@@ -117,6 +118,8 @@ def test_backend_telemetry_reads_what_the_real_h200_reported(tmp_path):
     assert data == {
         'memory_used': real['memory_v2']['used'],
         'memory_total': real['memory_v2']['total'],
+        'memory_free': real['memory_v2']['free'],
+        'minor': real['minor'],
         'utilization_gpu': real['utilization']['gpu'],
         'utilization_memory': real['utilization']['memory'],
         'temperature_c': real['temperature'],
@@ -188,9 +191,9 @@ def test_scrape_matches_the_fake_gpus(host):
     assert _value(f, 'cyborg_gpu_temperature_celsius', **one) == 51
     assert _value(f, 'cyborg_gpu_temperature_celsius', **two) == 35
     assert _value(f, 'cyborg_gpu_power_watts', **one) == 98.059
-    assert _value(f, 'cyborg_gpu_ecc_errors_total', type='corrected',
+    assert _value(f, 'cyborg_gpu_ecc_errors', type='corrected',
                   **one) == 1
-    assert _value(f, 'cyborg_gpu_ecc_errors_total', type='uncorrected',
+    assert _value(f, 'cyborg_gpu_ecc_errors', type='uncorrected',
                   **one) == 0
     # State sets: one 1 per device, every other value 0.
     phases = [(lab['phase'], v) for _, lab, v in f['cyborg_device_phase']
@@ -378,3 +381,99 @@ def test_dashboard_uses_only_exported_metrics():
     # The families the issue asks for are on the dashboard.
     assert {'cyborg_gpu_xid_errors_total', 'cyborg_arqs',
             'cyborg_mig_instance_memory_used_bytes'} <= used
+
+
+def _scrape_families(drv, in_use):
+    devices = drv.discover()
+    _, _, text = _scrape(metrics.make_app(_agent(drv, devices, in_use)))
+    return _samples(text)
+
+
+def test_vgpu_instances_are_consumers_with_their_arq(host):
+    """On a vGPU host (NVML host vGPU mode): a time-sliced vGPU whose mdev
+    is an ARQ's attach handle, and a MIG-backed one NVML places on a GPU
+    instance, each with framebuffer used/limit and utilisation.
+    """
+    drv = _driver(host)
+    drv.discover()
+    uuid1, uuid2 = _uuid(host, GPU1), _uuid(host, GPU2)
+    for uuid in (uuid1, uuid2):
+        consumers.host_vgpu_mode(host.nvml, uuid)
+    mdev = 'd0000000-0000-4000-8000-0000000000aa'
+    consumers.add_vgpu(host.nvml, uuid1, SERVER, 1101, 'GRID H200-18C',
+                       18 * GIB, fb_used=5 * GIB, mdev_uuid=mdev,
+                       sm_util=40, mem_util=10)
+    gi, _ = host.nvml.create_gi(uuid2, 19, 6)       # a 1g.18gb at 6
+    other = '50000000-0000-4000-8000-0000000000bb'
+    consumers.add_vgpu(host.nvml, uuid2, other, 1180, 'GRID H200-1-18C',
+                       17 * GIB, fb_used=GIB, gi_id=gi, sm_util=90,
+                       mem_util=30)
+    in_use = {'0000:1b:00.4': [{'uuid': mdev, 'arq_uuid': ARQ,
+                                'instance_uuid': SERVER,
+                                'attach_info': '{}'}]}
+    f = _scrape_families(drv, in_use)
+    one = dict(host='compute-1', device=GPU1, uuid=uuid1, kind='vgpu',
+               arq=ARQ, instance=SERVER)
+    assert _value(f, 'cyborg_consumer_memory_used_bytes', **one) == 5 * GIB
+    assert _value(f, 'cyborg_consumer_memory_limit_bytes', **one) == \
+        18 * GIB
+    assert _value(f, 'cyborg_consumer_sm_utilization_ratio', **one) == 0.4
+    assert _value(f, 'cyborg_consumer_memory_utilization_ratio',
+                  **one) == 0.1
+    # No ARQ holds the MIG-backed one: its VM is still named.
+    two = dict(device=GPU2, kind='mig-vgpu', arq='', instance=other)
+    assert _value(f, 'cyborg_consumer_memory_limit_bytes', **two) == \
+        17 * GIB
+    assert _value(f, 'cyborg_consumer_sm_utilization_ratio', **two) == 0.9
+
+
+def test_mps_clients_are_consumers_with_their_share(host, tmp_path):
+    """MPS clients NVML lists on a data-center-driver GPU, matched to the
+    share each holds through CYBORG_SHARE_HANDLE in /proc/<pid>/environ;
+    DCGM-exporter names beside ours, parsed as Prometheus text.
+    """
+    proc = tmp_path / 'proc'
+    CONF.set_override('proc_root', str(proc), group='nvidia')
+    drv = _driver(host)
+    drv.discover()
+    uuid1 = _uuid(host, GPU1)
+    for pid, handle in ((4001, 'h-share'), (4002, None)):
+        (proc / str(pid)).mkdir(parents=True)
+        env = b'PATH=/usr/bin\0CUDA_MPS_PIPE_DIRECTORY=/x\0'
+        if handle:
+            env += b'CYBORG_SHARE_HANDLE=' + handle.encode() + b'\0'
+        (proc / str(pid) / 'environ').write_bytes(env)
+        consumers.add_mps_client(host.nvml, uuid1, pid, 3 * GIB)
+        consumers.process_utilization(host.nvml, uuid1, pid, 25, 5)
+    host.nvml._gpu(uuid1).values['utilization'] = {'gpu': 37, 'memory': 12}
+    in_use = {GPU1 + '_share': [{
+        'uuid': 'h-share', 'arq_uuid': ARQ, 'instance_uuid': SERVER,
+        'attach_info': json.dumps({'share_mode': 'mps',
+                                   'share_memory_mb': 16384,
+                                   'share_percent': 25})}]}
+    f = _scrape_families(drv, in_use)
+    held = dict(device=GPU1, kind='mps', consumer='4001', arq=ARQ,
+                instance=SERVER)
+    assert _value(f, 'cyborg_consumer_memory_used_bytes', **held) == 3 * GIB
+    assert _value(f, 'cyborg_consumer_memory_limit_bytes', **held) == \
+        16384 << 20
+    assert _value(f, 'cyborg_consumer_sm_utilization_ratio', **held) == 0.25
+    stranger = dict(device=GPU1, kind='mps', consumer='4002', arq='')
+    assert _value(f, 'cyborg_consumer_memory_used_bytes', **stranger) == \
+        3 * GIB
+    assert not [s for s in f['cyborg_consumer_memory_limit_bytes']
+                if s[1]['consumer'] == '4002']
+    # DCGM-exporter compatible: its names, labels and units.
+    dcgm = dict(gpu='0', UUID=uuid1, pci_bus_id='00000000:1B:00.0',
+                device='nvidia0', modelName='NVIDIA H200',
+                Hostname='compute-1')
+    assert _value(f, 'DCGM_FI_DEV_GPU_UTIL', **dcgm) == 37
+    assert _value(f, 'DCGM_FI_DEV_MEM_COPY_UTIL', **dcgm) == 12
+    assert _value(f, 'DCGM_FI_DEV_FB_USED', **dcgm) == 6 * 1024
+    total = _value(f, 'cyborg_gpu_memory_total_bytes', device=GPU1)
+    free = _value(f, 'DCGM_FI_DEV_FB_FREE', **dcgm)
+    assert 0 < free < total / (1 << 20) - 6 * 1024
+    assert _value(f, 'DCGM_FI_DEV_POWER_USAGE', **dcgm) == 98.059
+    # Counters are counters: `_total` samples of a counter family.
+    assert [n for n, _, _ in f['cyborg_gpu_ecc_errors']] == [
+        'cyborg_gpu_ecc_errors_total'] * 4

@@ -159,7 +159,8 @@ def test_share_pool_binds_shares_and_excludes_whole_and_mig(stack):
     assert info['mps_client_env'] == {
         'CUDA_MPS_PIPE_DIRECTORY': pipe,
         'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE': '25',
-        'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT': '0=16384M'}
+        'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT': '0=16384M',
+        'CYBORG_SHARE_HANDLE': bound['attach_handle_uuid']}
     # The agent started the GPU's daemon pinned to it, with one slot's
     # even share as the ceiling, then raised it to the bound share.
     daemon = fake_mps_control.load(pipe)

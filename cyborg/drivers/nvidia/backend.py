@@ -112,6 +112,10 @@ def profiles_from_capture(device):
     return tuple(out)
 
 
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class NvmlBackend:
     """The interface the NVIDIA driver uses (documented by PynvmlBackend)."""
 
@@ -641,6 +645,9 @@ class PynvmlBackend(NvmlBackend):
         return {
             'memory_used': getattr(memory, 'used', None),
             'memory_total': getattr(memory, 'total', None),
+            'memory_free': getattr(memory, 'free', None),
+            'minor': self._call(N.nvmlDeviceGetMinorNumber, h,
+                                default=None),
             'utilization_gpu': getattr(util, 'gpu', None),
             'utilization_memory': getattr(util, 'memory', None),
             'temperature_c': self._call(N.nvmlDeviceGetTemperature, h,
@@ -652,6 +659,71 @@ class PynvmlBackend(NvmlBackend):
             'ecc_volatile_uncorrected': ecc['uncorrected'],
             'processes': self._telemetry_processes(h),
         }
+
+    @_locked
+    def consumer_telemetry(self, uuid):
+        """What each consumer of one GPU uses, read now: its running vGPU
+        instances, its MPS clients and per-process utilisation. A reading
+        NVML does not give (not a vGPU host, MIG mode, no samples) is
+        empty; GpuIsLost and the like raise NvmlError.
+
+        vgpus: [{instance, uuid, vm_id, mdev_uuid, type_id, type_name,
+        gi, fb_used, fb_total (bytes), sm_util, mem_util (%)}];
+        mps_clients: [(pid, used bytes or None)];
+        process_util: {pid: (sm %, memory %)}.
+        """
+        N = self.N
+        h = self._handle(uuid)
+        util = {}
+        for s in self._call(N.nvmlDeviceGetVgpuUtilization, h, 0,
+                            default=None) or ():
+            util[s.vgpuInstance] = (s.smUtil.uiVal, s.memUtil.uiVal)
+        vgpus = []
+        for inst in self._call(N.nvmlDeviceGetActiveVgpus, h,
+                               default=None) or ():
+            inst = getattr(inst, 'value', inst)
+            type_id = self._call(N.nvmlVgpuInstanceGetType, inst,
+                                 default=None)
+            vm = self._call(N.nvmlVgpuInstanceGetVmID, inst, default=None)
+            gi = self._call(N.nvmlVgpuInstanceGetGpuInstanceId, inst,
+                            default=None)
+            sm, mem = util.get(inst, (None, None))
+            vgpus.append({
+                'instance': inst,
+                'uuid': _text(self._call(N.nvmlVgpuInstanceGetUUID, inst,
+                                         default=None)),
+                'vm_id': _text(vm[0]) if vm else None,
+                'mdev_uuid': _text(self._call(
+                    N.nvmlVgpuInstanceGetMdevUUID, inst, default=None)),
+                'type_id': type_id,
+                'type_name': _text(self._call(
+                    N.nvmlVgpuTypeGetName, type_id, default=None))
+                if type_id is not None else None,
+                'gi': None if gi is None or gi >= 0xFFFFFFFF else gi,
+                'fb_used': self._call(self._fb_usage, inst, default=None),
+                'fb_total': self._call(N.nvmlVgpuTypeGetFramebufferSize,
+                                       type_id, default=None)
+                if type_id is not None else None,
+                'sm_util': sm, 'mem_util': mem})
+        mps = self._call(N.nvmlDeviceGetMPSComputeRunningProcesses, h,
+                         default=None) or ()
+        samples = self._call(N.nvmlDeviceGetProcessUtilization, h, 0,
+                             default=None) or ()
+        return {
+            'vgpus': vgpus,
+            'mps_clients': [(p.pid, p.usedGpuMemory) for p in mps],
+            'process_util': {s.pid: (s.smUtil, s.memUtil)
+                             for s in samples}}
+
+    def _fb_usage(self, instance):
+        """nvmlVgpuInstanceGetFbUsage with the `unsigned long long *` of
+        nvml.h (nvidia-ml-py's wrapper passes a 4-byte c_uint).
+        """
+        N = self.N
+        used = ctypes.c_ulonglong(0)
+        fn = N._nvmlGetFunctionPointer('nvmlVgpuInstanceGetFbUsage')
+        N._nvmlCheckReturn(fn(ctypes.c_uint(instance), ctypes.byref(used)))
+        return used.value
 
     def _telemetry_processes(self, h):
         """Processes with NVML's "not applicable" ids as None; in MIG mode

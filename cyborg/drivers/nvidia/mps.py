@@ -41,6 +41,7 @@ MIN_COMPUTE_CAPABILITY = (7, 0)
 # The daemon sees one GPU (CUDA_VISIBLE_DEVICES), so it is device 0 to
 # the daemon and to every client that connects through its pipe.
 DEVICE = 0
+HANDLE_VARIABLE = 'CYBORG_SHARE_HANDLE'
 
 
 class MpsError(Exception):
@@ -175,12 +176,34 @@ class MpsDaemons:
             self.control(gpu_uuid, 'quit')
             LOG.info('Stopped the MPS control daemon of GPU %s', gpu_uuid)
 
-    def client_env(self, gpu_uuid, percent, memory_mb):
+    def client_env(self, gpu_uuid, percent, memory_mb, handle=None):
         """The environment a consumer of one share sets: the daemon's
-        pipe directory (which selects the GPU) and the share's limits.
+        pipe directory (which selects the GPU), the share's limits and
+        the attach handle it holds (CYBORG_SHARE_HANDLE: how the agent's
+        metrics tell which share an MPS client process is).
         """
         pipe, _ = self.directories(gpu_uuid)
-        return {'CUDA_MPS_PIPE_DIRECTORY': pipe,
-                'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE': str(percent),
-                'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT': '%d=%s' % (
-                    DEVICE, limit_value(memory_mb))}
+        env = {'CUDA_MPS_PIPE_DIRECTORY': pipe,
+               'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE': str(percent),
+               'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT': '%d=%s' % (
+                   DEVICE, limit_value(memory_mb))}
+        if handle:
+            env[HANDLE_VARIABLE] = handle
+        return env
+
+
+def share_handle(proc_root, pid):
+    """The CYBORG_SHARE_HANDLE of a process (from /proc/<pid>/environ,
+    NUL-separated), or None when unreadable (another user's process, one
+    that exited) or unset.
+    """
+    try:
+        with open(os.path.join(proc_root, str(pid), 'environ'), 'rb') as f:
+            environ = f.read()
+    except OSError:
+        return None
+    for item in environ.split(b'\0'):
+        name, _, value = item.partition(b'=')
+        if name == HANDLE_VARIABLE.encode():
+            return value.decode(errors='replace') or None
+    return None

@@ -303,8 +303,8 @@ class Shares:
         return {'share_mode': 'mps', 'share_memory_mb': memory,
                 'share_percent': percent, 'enforcer': MPS_ENFORCER,
                 'mps_pipe_directory': pipe,
-                'mps_client_env': self.mps.client_env(gpu.uuid, percent,
-                                                      memory)}
+                'mps_client_env': self.mps.client_env(
+                    gpu.uuid, percent, memory, handle.get('uuid'))}
 
     def release(self, address, handle):
         """A share is unbound: its limits no longer count toward the MPS

@@ -1,11 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """What a metrics scrape shows of a GPU: the backend's readings plus its
-MIG instances, each with the processes NVML attributes to it.
+MIG instances, each with the processes NVML attributes to it, and its
+consumers: running vGPU instances (time-sliced or MIG-backed) and MPS
+clients, each with what it uses.
 """
 
 from oslo_log import log
 
+from cyborg.conf import CONF
 from cyborg.drivers.nvidia import backend as nvml
+from cyborg.drivers.nvidia import mps
 
 LOG = log.getLogger(__name__)
 
@@ -22,6 +26,7 @@ def telemetry(state, address):
         state.backend.open()
         data = state.backend.telemetry(gpu.uuid)
         instances = state.instances(gpu)
+        consumers = state.backend.consumer_telemetry(gpu.uuid)
     except (nvml.NvmlUnavailable, nvml.NvmlError) as e:
         LOG.debug('No telemetry for GPU %s: %s', address, e)
         return None
@@ -38,4 +43,12 @@ def telemetry(state, address):
                          else None),
             'processes': procs,
             'memory_used': sum(sizes) if sizes or not procs else None})
+    data['vgpus'] = consumers['vgpus']
+    util = consumers['process_util']
+    data['mps_clients'] = [
+        {'pid': pid, 'memory_used': used,
+         'sm_util': util.get(pid, (None, None))[0],
+         'mem_util': util.get(pid, (None, None))[1],
+         'share_handle': mps.share_handle(CONF.nvidia.proc_root, pid)}
+        for pid, used in consumers['mps_clients']]
     return data
