@@ -32,6 +32,7 @@ import os
 import shlex
 import subprocess
 import threading
+import time
 
 from oslo_log import log
 
@@ -41,6 +42,9 @@ MIN_COMPUTE_CAPABILITY = (7, 0)
 # The daemon sees one GPU (CUDA_VISIBLE_DEVICES), so it is device 0 to
 # the daemon and to every client that connects through its pipe.
 DEVICE = 0
+# ensure() runs on every report pass: a daemon seen alive is asked again
+# (get_server_list) only after this many seconds or after a failed command.
+RECHECK_AFTER = 60.0
 HANDLE_VARIABLE = 'CYBORG_SHARE_HANDLE'
 
 
@@ -86,6 +90,7 @@ class MpsDaemons:
         self._run = runner or _run
         self._lock = threading.Lock()
         self._ceilings = {}     # GPU UUID → (percent, MiB) last set
+        self._seen = {}         # GPU UUID → when its daemon last answered
 
     def directories(self, gpu_uuid):
         """(pipe directory, log directory) of the GPU's daemon."""
@@ -108,6 +113,7 @@ class MpsDaemons:
                             ''.join(c + '\n' for c in commands),
                             self.timeout)
         if rc != 0:
+            self._seen.pop(gpu_uuid, None)
             raise MpsError('MPS control of GPU %s refused %s: %s'
                            % (gpu_uuid, '; '.join(commands),
                               (out or '').strip() or 'exit %d' % rc))
@@ -130,9 +136,13 @@ class MpsDaemons:
         agent is adopted), with the ceiling (percent, MiB) as defaults.
         """
         with self._lock:
+            seen = self._seen.get(gpu_uuid)
+            if seen is not None and time.monotonic() - seen < RECHECK_AFTER:
+                return
             if self.running(gpu_uuid):
                 if gpu_uuid not in self._ceilings:
                     self._apply(gpu_uuid, percent, memory_mb)
+                self._seen[gpu_uuid] = time.monotonic()
                 return
             for path in self.directories(gpu_uuid):
                 os.makedirs(path, mode=0o755, exist_ok=True)
@@ -145,6 +155,7 @@ class MpsDaemons:
             LOG.info('Started the MPS control daemon of GPU %s', gpu_uuid)
             self._ceilings.pop(gpu_uuid, None)
             self._apply(gpu_uuid, percent, memory_mb)
+            self._seen[gpu_uuid] = time.monotonic()
 
     def set_ceiling(self, gpu_uuid, percent, memory_mb):
         """Make (percent, MiB) what any client of the GPU gets at most:
@@ -171,6 +182,7 @@ class MpsDaemons:
         """Quit the GPU's daemon, if it runs."""
         with self._lock:
             self._ceilings.pop(gpu_uuid, None)
+            self._seen.pop(gpu_uuid, None)
             if not self.running(gpu_uuid):
                 return
             self.control(gpu_uuid, 'quit')

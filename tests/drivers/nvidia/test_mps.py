@@ -32,10 +32,31 @@ def test_daemon_pinned_to_its_gpu_with_the_ceiling(daemons, tmp_path):
     # The daemon logs each command, as the real one does in control.log.
     with open(os.path.join(logs, 'control.log')) as f:
         assert 'Cmd:set_default_device_pinned_mem_limit 0 16384M' in f.read()
-    # Already running: adopted, not started twice.
+    # Seen alive a moment ago: not even asked again.
+    before = fake_mps_control.commands(pipe)
     daemons.ensure(GPU, 25, 16384)
-    assert fake_mps_control.commands(pipe).count(
-        'set_default_active_thread_percentage 25') == 1
+    assert fake_mps_control.commands(pipe) == before
+    # A restarted agent adopts the running daemon (not started twice) and
+    # sets its ceiling again.
+    again = mps.MpsDaemons(str(tmp_path / 'mps'), FAKE)
+    again.ensure(GPU, 30, 8192)
+    assert fake_mps_control.load(pipe)['pid'] == state['pid']
+    assert fake_mps_control.commands(pipe)[len(before):] == [
+        'get_server_list', 'get_server_list',
+        'set_default_active_thread_percentage 30',
+        'set_default_device_pinned_mem_limit 0 8192M']
+
+
+def test_dead_daemon_started_again(daemons, monkeypatch):
+    monkeypatch.setattr(mps, 'RECHECK_AFTER', 0.0)
+    daemons.ensure(GPU, 25, 16384)
+    pipe, _ = daemons.directories(GPU)
+    # Gone behind the agent's back (killed, host cleanup).
+    assert fake_mps_control.control(
+        {'CUDA_MPS_PIPE_DIRECTORY': pipe}, 'quit\n') == (0, '')
+    daemons.ensure(GPU, 25, 16384)
+    assert fake_mps_control.load(pipe)['default_pinned_mem_limit'] == {
+        '0': '16384M'}
 
 
 def test_ceiling_reaches_running_servers(daemons):
