@@ -105,6 +105,18 @@ nvidia_opts = [
                help='Where the agent reads an MPS client\'s environment '
                     '(<pid>/environ) to tell which share it holds, for '
                     'per-consumer metrics.'),
+    cfg.ListOpt('nova_enabled_mdev_types', default=[],
+                help='Nova\'s own [devices] enabled_mdev_types on this '
+                     'host (e.g. nvidia-700). A GPU whose VFs (or PF) '
+                     'offer one of them is left to Nova, unless '
+                     'nova_mdev_device_addresses narrows the type to '
+                     'other functions.'),
+    cfg.MultiStrOpt('nova_mdev_device_addresses', default=[],
+                    help='Nova\'s [mdev_<type>] device_addresses, one '
+                         'entry per type: "<type>=<address>,<address>" '
+                         '(e.g. nvidia-700=0000:17:00.4,0000:17:00.5). '
+                         'A GPU with one of these functions is left to '
+                         'Nova.'),
 ]
 
 GROUPS = {

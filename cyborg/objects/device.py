@@ -17,7 +17,7 @@ def canonical_json(value):
 
 @dataclasses.dataclass
 class AttachHandle:
-    attach_type: str            # PCI | MDEV | TEST_PCI
+    attach_type: str            # PCI | MDEV | MIG | TEST_PCI
     attach_info: dict           # e.g. {"domain","bus","device","function"}
 
 
@@ -93,7 +93,8 @@ class Device:
 # freeing drops them.
 PREPARED_KEYS = frozenset(('mig_uuid', 'mig_gi', 'mig_ci', 'mig_profile',
                            'mig_start', 'restore_driver', 'share_mode',
-                           'share_memory_mb', 'share_percent', 'vgpu_type'))
+                           'share_memory_mb', 'share_percent', 'vgpu_type',
+                           'asked_type', 'managed'))
 
 
 def handle_identity(attach_info):
@@ -121,3 +122,9 @@ def pci_info(address):
     device, function = rest.split('.')
     return {'domain': domain, 'bus': bus, 'device': device,
             'function': function}
+
+
+def pci_address(info):
+    """Cyborg's PCI attach/cpid info dict → '0000:1b:00.4'."""
+    return '%s:%s:%s.%s' % (info['domain'], info['bus'], info['device'],
+                            info['function'])

@@ -27,6 +27,7 @@ import pynvml as N
 
 from cyborg.common import pci
 from cyborg.drivers.nvidia import models
+from cyborg_emulators.nvidia import fake_vgpu
 
 NA_ID = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId outside MIG
 NOT_AVAILABLE = N.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
@@ -331,6 +332,14 @@ class _Gpu:
                     for c in ('volatile', 'aggregate')
                     for t in ('corrected', 'uncorrected')}
         self.remapped = list(self.values.get('remapped_rows', [0, 0, 0, 0]))
+        # A vGPU-Manager GPU (fake_vgpu): NVML says HOST_VGPU.
+        self.vgpu = None
+        if spec.get('vgpu_manager') is not None:
+            self.vgpu = fake_vgpu.VgpuManager(
+                self, spec['vgpu_manager'] or {}, spec.get('model', 'h200'))
+            self.values['virtualization_mode'] = \
+                N.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU
+            self.errors.pop('virtualization_mode', None)
 
     def _serial(self, model):
         # The captured card keeps its serial; other cards get their own.
@@ -581,7 +590,7 @@ class FakeNvml:
                     result = self._lib.scalar(_SCALARS[name], *args)
                 else:
                     result = getattr(self._lib, name)(*args)
-            except _Return as r:
+            except (_Return, fake_vgpu.NvmlCode) as r:
                 return r.code
             return N.NVML_SUCCESS if result is None else result
 
@@ -873,7 +882,7 @@ class FakeNvml:
                                       ('used_bytes', 'gi_id', 'ci_id')}
 
 
-class _Library:
+class _Library(fake_vgpu.VgpuSymbols):
     """The C symbols.  Each method is named like the symbol, receives the
     wrapper's ctypes arguments with handles already resolved to fake
     objects, and returns None (success) or raises _Return.

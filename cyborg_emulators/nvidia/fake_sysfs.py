@@ -23,6 +23,9 @@ Host spec (YAML-friendly)::
           iommu_group: 20            # optional, else allocated
           vgpu_types:                # optional vGPU manager types (no mdev)
             - {name: GRID H200-18C, framebuffer_mb: 18432}
+          vgpu_manager:              # optional: a vGPU-Manager GPU whose
+            layout: vfio             # VFs carry the vGPU types (vfio|mdev,
+            heterogeneous: false     # see fake_vgpu); needs sriov_vfs
 """
 
 import json
@@ -33,6 +36,7 @@ import uuid
 from cyborg.common import pci
 from cyborg.drivers.nvidia import sysfs
 from cyborg_emulators.nvidia import fake_nvml
+from cyborg_emulators.nvidia import fake_vgpu
 
 NVIDIA_VENDOR = '0x10de'
 GPU_CLASS = '0x030200'  # 3D controller
@@ -190,6 +194,7 @@ class FakeSysfs(sysfs.Sysfs):
         super().__init__(root)
         self._tree = _Tree(root)
         self.rebinds = []  # (address, from driver, to driver) per call
+        self.vgpu_managers = []  # fake_vgpu.VgpuManager of vGPU GPUs
         self.refuse_bind = set()  # addresses whose probe fails
         # The kernel applies control-file writes atomically; here several
         # threads (NVML visibility checks, the health monitor, a rebind)
@@ -213,9 +218,20 @@ class FakeSysfs(sysfs.Sysfs):
             self._settle()
             return super().driver(address)
 
+    def vf_vgpu(self, address):
+        with self._settling:
+            self._settle()
+            return super().vf_vgpu(address)
+
+    def set_vgpu_type(self, address, type_id):
+        with self._settling:
+            return super().set_vgpu_type(address, type_id)
+
     def _settle(self):
         """Apply pending unbind/bind/drivers_probe writes, kernel-like."""
         tree = self._tree
+        for manager in self.vgpu_managers:
+            fake_vgpu.settle(tree.devices, manager)
         names = sorted(os.listdir(tree.drivers)) \
             if os.path.isdir(tree.drivers) else []
         for name in names:
@@ -254,6 +270,30 @@ class FakeGpuHost:
             on_change=self._save if state_file else None)
         self._build()
         self.sysfs = FakeSysfs(root)
+        self.sysfs.vgpu_managers = [m for m in self.vgpu_managers()]
+        with self.sysfs._settling:
+            self.sysfs._settle()
+
+    def vgpu_managers(self):
+        """The fake vGPU Manager of each vGPU GPU (fake_vgpu)."""
+        return [g.vgpu for g in self.nvml._gpus if g.vgpu is not None]
+
+    def create_mdev(self, vf, type_name, mdev_uuid):
+        """What Nova's libvirt driver does for an MDEV ARQ: write the
+        UUID to the VF's type `create` file; True when the mdev exists.
+        """
+        tree = _Tree(self.root)
+        _write(tree.dev(vf, 'mdev_supported_types', type_name, 'create'),
+               mdev_uuid)
+        with self.sysfs._settling:
+            self.sysfs._settle()
+        return os.path.isdir(tree.dev(vf, mdev_uuid))
+
+    def remove_mdev(self, vf, mdev_uuid):
+        tree = _Tree(self.root)
+        _write(tree.dev(vf, mdev_uuid, 'remove'), '1')
+        with self.sysfs._settling:
+            self.sysfs._settle()
 
     def _build(self):
         """Create missing functions; existing ones keep their binding."""
@@ -286,6 +326,11 @@ class FakeGpuHost:
                 tree.add_vfs(address, [vf_address(address, i)
                                        for i in range(vfs)], total,
                              info['pci_device_id'], numa, groups)
+        for gpu, fake in zip(self.gpus, self.nvml._gpus):
+            if fake.vgpu is not None:
+                fake.vgpu.vfs = [vf_address(gpu['pci_address'], i)
+                                 for i in range(int(gpu.get('sriov_vfs',
+                                                            0)))]
 
     def _group_numbers(self):
         """IOMMU group numbers not claimed by the spec, ascending (None

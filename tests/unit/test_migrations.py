@@ -67,6 +67,14 @@ def test_check_constraints_exist(empty_database):
             assert column in sql, (table, column, sql)
 
 
+def test_attach_type_mig_is_allowed(empty_database):
+    """0004 lets a handle be a MIG instance (its CHECK lists MIG)."""
+    inspector = sa.inspect(empty_database)
+    sql = ' '.join(c['sqltext'] for c in
+                   inspector.get_check_constraints('attach_handles'))
+    assert "'MIG'" in sql and "'MDEV'" in sql, sql
+
+
 # Columns a list or lookup filters on (API filters, conductor and agent
 # lookups, pagination markers and the FK checks behind RESTRICT deletes).
 FILTERED = {

@@ -69,6 +69,27 @@ class GpuInstance:
     mig_uuids: tuple = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class VgpuType:
+    """A vGPU type the GPU's vGPU Manager supports (NVML's list, which
+    does not shrink as VFs are configured).
+    """
+    id: int
+    name: str               # e.g. "NVIDIA H200X-1-18C"
+    framebuffer_mib: int
+    max_instances: int      # per GPU
+    gi_profile_id: int = None   # MIG-backed: the GPU instance profile
+
+    @property
+    def mig_backed(self):
+        return self.gi_profile_id is not None
+
+
+# nvmlDeviceGetVirtualizationMode: a vGPU Manager host.
+VIRTUALIZATION_HOST_VGPU = 3
+_NO_GI_PROFILE = 0xFFFFFFFF
+
+
 @dataclasses.dataclass
 class Gpu:
     uuid: str
@@ -83,6 +104,14 @@ class Gpu:
     mig_pending: int = None
     profiles: tuple = ()     # MigProfile, empty when not MIG capable
     processes: tuple = ()    # (pid, used bytes or None, gi id, ci id)
+    virtualization_mode: int = None   # NVML; None: not readable
+    vgpu_types: tuple = ()   # VgpuType, on a vGPU Manager host only
+    vgpu_heterogeneous: bool = False  # mixed time-sliced sizes allowed
+
+    @property
+    def host_vgpu(self):
+        """Run by the NVIDIA vGPU Manager (not the data-center driver)."""
+        return self.virtualization_mode == VIRTUALIZATION_HOST_VGPU
 
     @property
     def mig_capable(self):
@@ -134,7 +163,7 @@ class NvmlBackend:
     def set_mig_mode(self, uuid, enabled):
         raise NotImplementedError
 
-    def create_instance(self, uuid, profile_id, start):
+    def create_instance(self, uuid, profile_id, start, compute_instance=True):
         raise NotImplementedError
 
     def destroy_instance(self, uuid, gi_id):
@@ -253,6 +282,9 @@ class PynvmlBackend(NvmlBackend):
             memory = self._call(N.nvmlDeviceGetMemoryInfo, h)
         mig = self._call(N.nvmlDeviceGetMigMode, h, default=None)
         numa = self._call(N.nvmlDeviceGetNumaNodeId, h, default=None)
+        virtualization = self._call(N.nvmlDeviceGetVirtualizationMode, h,
+                                    default=None)
+        host_vgpu = virtualization == VIRTUALIZATION_HOST_VGPU
         return Gpu(
             uuid=self._call(N.nvmlDeviceGetUUID, h),
             address='%04x:%02x:%02x.0' % (pci.domain, pci.bus, pci.device),
@@ -266,7 +298,31 @@ class PynvmlBackend(NvmlBackend):
             mig_current=mig[0] if mig else None,
             mig_pending=mig[1] if mig else None,
             profiles=self._profiles(h) if mig else (),
-            processes=self._processes(h))
+            processes=self._processes(h),
+            virtualization_mode=virtualization,
+            vgpu_types=self._vgpu_types(h) if host_vgpu else (),
+            vgpu_heterogeneous=bool(self._call(
+                N.nvmlDeviceGetVgpuHeterogeneousMode, h, default=0))
+            if host_vgpu else False)
+
+    def _vgpu_types(self, h):
+        """The vGPU types the vGPU Manager supports on this GPU."""
+        N = self.N
+        out = []
+        for type_id in self._call(N.nvmlDeviceGetSupportedVgpus, h,
+                                  default=[]):
+            profile = self._call(N.nvmlVgpuTypeGetGpuInstanceProfileId,
+                                 type_id, default=_NO_GI_PROFILE)
+            out.append(VgpuType(
+                id=int(getattr(type_id, 'value', type_id)),
+                name=str(self._call(N.nvmlVgpuTypeGetName, type_id)),
+                framebuffer_mib=self._call(
+                    N.nvmlVgpuTypeGetFramebufferSize, type_id) >> 20,
+                max_instances=self._call(N.nvmlVgpuTypeGetMaxInstances, h,
+                                         type_id),
+                gi_profile_id=None if profile == _NO_GI_PROFILE
+                else profile))
+        return tuple(out)
 
     def _profiles(self, h):
         N = self.N
@@ -548,10 +604,13 @@ class PynvmlBackend(NvmlBackend):
         return tuple(self._call(N.nvmlDeviceGetMigMode, h))
 
     @_locked
-    def create_instance(self, uuid, profile_id, start):
+    def create_instance(self, uuid, profile_id, start,
+                        compute_instance=True):
         """A GPU instance at an explicit placement plus one compute
         instance spanning it; returns the GpuInstance with its MIG UUID.
-        The GI is destroyed again if the CI cannot be made.
+        The GI is destroyed again if the CI cannot be made. Without
+        compute_instance only the GI is made (a MIG-backed vGPU: the
+        guest makes its compute instances).
         """
         N = self.N
         h = self._handle(uuid)
@@ -559,6 +618,11 @@ class PynvmlBackend(NvmlBackend):
         placement = N.c_nvmlGpuInstancePlacement_t(start, size)
         gi = self._call(N.nvmlDeviceCreateGpuInstanceWithPlacement, h,
                         profile_id, ctypes.byref(placement))
+        if not compute_instance:
+            info = self._call(N.nvmlGpuInstanceGetInfo, gi)
+            return GpuInstance(gi_id=info.id, profile_id=profile_id,
+                               start=info.placement.start,
+                               size=info.placement.size)
         try:
             info = self._call(N.nvmlGpuInstanceGetInfo, gi)
             ci_profile = self._full_ci_profile(gi)

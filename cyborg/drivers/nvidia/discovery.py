@@ -21,39 +21,37 @@ from cyborg.drivers.nvidia import phase as phase_mod
 from cyborg.drivers.nvidia import resources
 from cyborg.drivers.nvidia import state as state_mod
 from cyborg.drivers.nvidia import sysfs as sysfs_mod
+from cyborg.drivers.nvidia import vgpu as vgpu_mod
 from cyborg.drivers import pci as pci_driver
 from cyborg.objects import device as records
 
 LOG = log.getLogger(__name__)
 
 
-def attach_handles(gpu, function):
-    """The physical function for whole use; for MIG, one handle per
-    instance the GPU can hold: its VFs when SR-IOV is on (what a
-    hypervisor passes through for MIG-backed vGPU), else MDEV handles
-    whose MIG UUID serves non-VM consumers.
+def attach_handles(gpu):
+    """A data-center GPU: the physical function for whole use (a VM); for
+    MIG, one `MIG` handle per instance the GPU can hold, whose MIG UUID
+    serves non-VM consumers (Nova ignores the type on purpose: a VM
+    cannot use a MIG instance without the vGPU Manager).
     """
     handles = [records.AttachHandle('PCI', records.pci_info(gpu.address))]
     if not gpu.mig_capable:
         return handles
     most = max(p.max_instances for p in gpu.profiles)
-    if function['vfs']:
-        handles += [records.AttachHandle('PCI', records.pci_info(vf))
-                    for vf in function['vfs'][:most]]
-    else:
-        handles += [records.AttachHandle('MDEV', dict(
-            records.pci_info(gpu.address), mig_slot=str(n)))
-            for n in range(most)]
+    handles += [records.AttachHandle('MIG', dict(
+        records.pci_info(gpu.address), mig_slot=str(n)))
+        for n in range(most)]
     return handles
 
 
 class Discovery:
 
-    def __init__(self, driver_name, state, mig_binding, shares):
+    def __init__(self, driver_name, state, mig_binding, shares, vgpus):
         self.driver_name = driver_name
         self.state = state
         self.mig = mig_binding
         self.shares = shares
+        self.vgpus = vgpus
         self._unavailable = None
         self._skipped = {}      # address → why it is not reported
         self._nova_specs = [pci_driver.DeviceSpec(spec) for spec in
@@ -75,8 +73,6 @@ class Discovery:
                 'address': address, 'driver': 'nvidia', 'vfs': [],
                 'mdevs': [], 'numa_node': -1, 'vendor': '10de',
                 'product': None})
-            if self._not_ours(function):
-                continue
             gpu = gpus.get(address)
             known = True
             if gpu is not None:
@@ -98,7 +94,13 @@ class Discovery:
                             'it; skipping it until it is bound to nvidia '
                             'once', address, function['driver'] or 'nothing')
                 continue
-            device = self._device(gpu, function, instances, iommu)
+            vgpu_state = None
+            if gpu.host_vgpu:
+                vgpu_state = self.vgpus.view(gpu, function['vfs'])
+            if self._not_ours(function, functions, vgpu_state):
+                continue
+            device = self._device(gpu, function, instances, iommu,
+                                  vgpu_state)
             device.observations['occupancy_known'] = known
             devices.append(device)
         return devices
@@ -153,18 +155,28 @@ class Discovery:
 
     # Ownership -------------------------------------------------------------
 
-    def _not_ours(self, function):
-        """A GPU that someone else manages must not be offered twice: one
-        in Nova's [pci] device_spec, or one carved into vGPUs (mdevs).
+    def _not_ours(self, function, functions, vgpu_state=None):
+        """A GPU that someone else manages must not be offered twice: its
+        PF or a VF in Nova's [pci] device_spec, one carved into vGPUs
+        (mdevs, or vGPU types on VFs) that no binding of ours holds, or
+        one Nova's vGPU configuration ([devices] enabled_mdev_types,
+        [mdev_*] device_addresses) names.
         """
         address = function['address']
         reason = None
+        members = [function] + [functions[vf] for vf in function['vfs']
+                                if vf in functions]
         if function['mdevs']:
             reason = ('it is carved into %d vGPU mdev(s) by another service'
                       % len(function['mdevs']))
-        elif function['product'] and any(
-                s.matches(function) for s in self._nova_specs):
+        elif any(f['product'] and any(s.matches(f) for s in self._nova_specs)
+                 for f in members):
             reason = "Nova's [pci] device_spec claims it"
+        elif vgpu_state is not None and vgpu_state.foreign:
+            reason = ('VF(s) %s hold vGPUs that no binding of ours holds '
+                      '(Nova\'s vGPUs?)' % ', '.join(vgpu_state.foreign))
+        elif vgpu_state is not None:
+            reason = vgpu_mod.nova_claims(function, vgpu_state.views)
         if reason and self._skipped.get(address) != reason:
             LOG.warning('Not reporting GPU %s: %s', address, reason)
         if reason:
@@ -175,8 +187,9 @@ class Discovery:
 
     # The device record -----------------------------------------------------
 
-    def _device(self, gpu, function, instances, iommu):
+    def _device(self, gpu, function, instances, iommu, vgpu_state=None):
         whole_in_use = instances is None
+        kind = vgpu_mod.host_kind(gpu)
         slots = state_mod.slots(gpu, instances or [])
         orphans = self.mig.orphans(gpu, slots)
         if orphans:
@@ -186,11 +199,22 @@ class Discovery:
                       gpu.address, state_mod.describe(gpu, orphans))
         invs = resources.inventories(gpu.profiles, slots, orphans,
                                      whole_in_use)
-        passthrough = iommu and not function['vfs'] and (
-            CONF.nvidia.rebind_for_passthrough or function['driver']
-            == CONF.nvidia.passthrough_driver)
+        passthrough = kind == vgpu_mod.DATACENTER and iommu and \
+            not function['vfs'] and (
+                CONF.nvidia.rebind_for_passthrough or function['driver']
+                == CONF.nvidia.passthrough_driver)
         traits = (resources.static_traits(gpu, passthrough)
-                  | resources.fit_traits(gpu.profiles, slots, whole_in_use))
+                  | resources.fit_traits(gpu.profiles, slots, whole_in_use)
+                  | {vgpu_mod.HOST_TRAITS[kind]})
+        if kind == vgpu_mod.VGPU_HOST:
+            # vGPUs for VMs only: no whole GPU, no MIG for host processes.
+            handles = self.vgpus.handles(vgpu_state)
+            invs = self.vgpus.inventories(gpu, vgpu_state, invs, slots)
+            traits |= self.vgpus.traits(gpu, vgpu_state, slots)
+        else:
+            handles = attach_handles(gpu)
+            if gpu.mig_capable:
+                traits.add(vgpu_mod.MIG_NON_VM)
         attributes = {'gpu_uuid': gpu.uuid}
         if orphans:
             attributes['mig_orphans'] = state_mod.describe(gpu, orphans)
@@ -198,7 +222,7 @@ class Discovery:
             name=gpu.address,
             num_accelerators=invs[resources.MEM_SLICE]['total'],
             resource_class=resources.MEM_SLICE, traits=sorted(traits),
-            attach_handles=attach_handles(gpu, function),
+            attach_handles=handles,
             driver_name=self.driver_name, attributes=attributes,
             inventories=invs)
         mode = phase_mod.mode(function['driver'])
@@ -216,8 +240,10 @@ class Discovery:
             'orphan_instances': len(orphans), 'conditions': conditions,
             'adopted': mode == 'Passthrough'
             and CONF.nvidia.adopt_passthrough}
+        board['host_kind'] = kind
         deployables = [deployable]
-        share, observation = self.shares.deployable(gpu, mode, traits)
+        share, observation = (None, None) if kind == vgpu_mod.VGPU_HOST \
+            else self.shares.deployable(gpu, mode, traits)
         if share is not None:
             deployables.append(share)
         if observation is not None:

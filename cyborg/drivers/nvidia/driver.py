@@ -11,15 +11,16 @@ to the module of its concern, all sharing one state.HostState:
 - passthrough: whole-GPU binding (rebind to the passthrough driver);
 - mig_binding: MIG instances made and destroyed for bindings, their
   ownership, re-created after a reboot;
+- vgpu: the host kind, and vGPU types on the VFs of a vGPU-Manager GPU
+  (a VF configured, and a GPU instance for MIG-backed types);
 - shares: GPUs shared by capacity (MPS / time-slice), the `_share`
   deployable, offered only where something enforces it (mps: the MPS
   control daemon per GPU);
 - reclaim: resetting a GPU nobody owns;
 - telemetry and health: what metrics read, XID/ECC events.
 
-prepare() and release() choose the binding concern from the request and
-the handle; another way to bind a GPU (e.g. vGPU types on VFs) is one
-more module beside passthrough and mig_binding, chosen there.
+prepare() and release() choose the binding concern from the host kind,
+the request and the handle.
 """
 
 from cyborg.conf import CONF
@@ -36,6 +37,7 @@ from cyborg.drivers.nvidia import shares as shares_mod
 from cyborg.drivers.nvidia import state as state_mod
 from cyborg.drivers.nvidia import sysfs as sysfs_mod
 from cyborg.drivers.nvidia import telemetry as telemetry_mod
+from cyborg.drivers.nvidia import vgpu as vgpu_mod
 from cyborg.objects import device as records
 
 
@@ -57,8 +59,10 @@ class NvidiaDriver(base.Driver):
         self.mig = mig_binding.MigBinding(self.state)
         self.shares = shares_mod.Shares(self.state, self.name, mps)
         self.passthrough = passthrough.Passthrough(self.state)
+        self.vgpus = vgpu_mod.Vgpu(self.state, self.mig)
         self.discovery = discovery.Discovery(self.name, self.state,
-                                             self.mig, self.shares)
+                                             self.mig, self.shares,
+                                             self.vgpus)
 
     def discover(self):
         return self.discovery.discover()
@@ -76,10 +80,11 @@ class NvidiaDriver(base.Driver):
 
     def reconcile(self, prepared):
         share_changed = self.shares.reconcile(prepared)
-        changed, updates = self.mig.reconcile(
-            {name: handles for name, handles in prepared.items()
-             if shares_mod.share_address(name) is None})
-        return changed or share_changed, updates
+        gpus = {name: handles for name, handles in prepared.items()
+                if shares_mod.share_address(name) is None}
+        vgpu_changed = self.vgpus.reconcile(gpus)
+        changed, updates = self.mig.reconcile(gpus)
+        return changed or share_changed or vgpu_changed, updates
 
     @classmethod
     def pick_handles(cls, deployable, request_group, handles):
@@ -87,6 +92,10 @@ class NvidiaDriver(base.Driver):
             return [h for h in handles
                     if 'share_slot' in state_mod.attach_info(h)]
         pf = records.pci_info(deployable['name'])
+        if vgpu_mod.VGPU in resources.request_vector(request_group or {}):
+            # A vGPU: a VF of a vGPU-Manager GPU (MDEV or PCI by layout).
+            return [h for h in handles if h['attach_type'] in ('MDEV', 'PCI')
+                    and state_mod.attach_info(h) != pf]
         whole = passthrough.is_whole(deployable['num_accelerators'],
                                      request_group)
         return [h for h in handles
@@ -105,6 +114,18 @@ class NvidiaDriver(base.Driver):
                                         'driver on this host' % address)
             total = resources.totals(gpu.profiles)[resources.MEM_SLICE]
             group = handle.get('request_group') or {}
+            asks_vgpu = vgpu_mod.VGPU in resources.request_vector(group)
+            if gpu.host_vgpu != asks_vgpu:
+                raise base.PrepareError(
+                    'GPU %s is run by the %s: it serves %s, and the request '
+                    'asks for %s' % (
+                        address, 'NVIDIA vGPU Manager' if gpu.host_vgpu
+                        else 'data-center driver',
+                        'vGPUs for VMs only' if gpu.host_vgpu
+                        else 'whole GPUs and MIG instances, no vGPU',
+                        'a vGPU' if asks_vgpu else 'no vGPU'))
+            if asks_vgpu:
+                return self.vgpus.prepare(gpu, group, handle)
             if passthrough.is_whole(total, group):
                 return self.passthrough.prepare(gpu)
             return self.mig.prepare(gpu, group,
@@ -119,7 +140,9 @@ class NvidiaDriver(base.Driver):
         address = deployable_name
         info = state_mod.attach_info(handle)
         with self.state.locks[address]:
-            if 'mig_start' in info:
+            if vgpu_mod.vgpu_type_id(info) is not None:
+                self.vgpus.release(address, info)
+            elif 'mig_start' in info:
                 self.mig.release(address, info)
             elif info.get('restore_driver'):
                 self.passthrough.release(address, info['restore_driver'])

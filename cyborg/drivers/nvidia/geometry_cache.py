@@ -27,7 +27,9 @@ def gpu_from_json(data):
         p, placements=tuple(p['placements']))) for p in data['profiles'])
     return nvml.Gpu(**dict(
         data, compute_capability=tuple(data['compute_capability']),
-        processes=(), profiles=profiles))
+        processes=(), profiles=profiles,
+        vgpu_types=tuple(nvml.VgpuType(**t)
+                         for t in data.get('vgpu_types', ()))))
 
 
 def shipped(function):
@@ -85,7 +87,8 @@ class GeometryCache:
         tmp = path + '.tmp'
         with open(tmp, 'w') as f:
             json.dump({a: dict(vars(g), processes=[],
-                               profiles=[vars(p) for p in g.profiles])
+                               profiles=[vars(p) for p in g.profiles],
+                               vgpu_types=[vars(t) for t in g.vgpu_types])
                        for a, g in self._gpus.items()}, f, indent=1,
                       default=list)
         os.replace(tmp, path)

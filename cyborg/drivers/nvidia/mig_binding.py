@@ -35,6 +35,13 @@ def mig_info(profile, instance):
     return info
 
 
+def vgpu_backed(info):
+    """The instance of a binding holds a MIG-backed vGPU (no compute
+    instance on the host).
+    """
+    return 'vgpu_type' in info or 'asked_type' in info
+
+
 def _existing(profile, instances, info):
     """A re-driven bind finds the instance it made before."""
     if info.get('mig_profile') != profile.name or 'mig_start' not in info:
@@ -106,7 +113,8 @@ class MigBinding:
             try:
                 self.ensure_mig_mode(gpu)
                 created = self.state.backend.create_instance(
-                    gpu.uuid, profile.id, start)
+                    gpu.uuid, profile.id, start,
+                    compute_instance=not vgpu_backed(info))
             except (base.PrepareError, nvml.NvmlError) as e:
                 LOG.error('Could not re-create MIG instance %s@%d on %s: %s',
                           profile.name, start, address, e)
@@ -132,6 +140,14 @@ class MigBinding:
                 'No MIG profile of %s takes %s memory slices and %s compute '
                 'slices' % (gpu.name, vector.get(resources.MEM_SLICE),
                             vector.get(resources.COMPUTE_SLICE, 'any')))
+        return self.create(gpu, profile, info)
+
+    def create(self, gpu, profile, info, compute_instance=True):
+        """Create (or find again) a GPU instance of `profile` at the
+        placement the packing policy picks; its attach info updates. No
+        compute instance for a MIG-backed vGPU (the guest makes them).
+        The caller holds the GPU's lock.
+        """
         sysfs = self.state.sysfs
         if sysfs.driver(gpu.address) != 'nvidia':
             raise base.PrepareError(
@@ -153,8 +169,9 @@ class MigBinding:
                     % (profile.name, gpu.address,
                        state_mod.describe(gpu, slots) or 'nothing'))
             try:
-                created = backend.create_instance(gpu.uuid, profile.id,
-                                                  start)
+                created = backend.create_instance(
+                    gpu.uuid, profile.id, start,
+                    compute_instance=compute_instance)
             except nvml.NvmlError as e:
                 if e.kind != 'InsufficientResources':
                     raise base.PrepareError(

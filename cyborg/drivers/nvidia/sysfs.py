@@ -28,6 +28,20 @@ class RebindError(Exception):
     pass
 
 
+class VgpuError(Exception):
+    pass
+
+
+# A creatable_vgpu_types line: "1414 : NVIDIA H200X-1-18C".
+_VGPU_TYPE_LINE = re.compile(r'^\s*([0-9]+)\s*:\s*(.+?)\s*$')
+_MDEV_TYPE = re.compile(r'^nvidia-([0-9]+)$')
+
+
+def _mdev_type_id(name):
+    m = _MDEV_TYPE.match(name or '')
+    return int(m.group(1)) if m else None
+
+
 def for_root(root):
     """The Sysfs for a root: the kernel's, or a registered simulation."""
     return _SIMULATED.get(root) or Sysfs(root)
@@ -114,6 +128,59 @@ class Sysfs:
                     entry[key] = ''
             out.append(entry)
         return out
+
+    def vf_vgpu(self, address):
+        """The vGPU Manager's view of one VF (contract gpu-to-vm.md §2):
+        {'layout': 'vfio' | 'mdev' | None, 'types': {id: name} (vfio: the
+        types creatable now; mdev: every supported type), 'available':
+        {id: bool} (creatable now), 'current': the configured type id
+        (vfio; 0 = none), 'mdevs': {uuid: type id} (mdev)}.
+        """
+        out = {'layout': None, 'types': {}, 'available': {}, 'current': 0,
+               'mdevs': {}}
+        creatable = self._dev(address, 'nvidia', 'creatable_vgpu_types')
+        if os.path.exists(creatable):
+            out['layout'] = 'vfio'
+            with open(creatable) as f:
+                for line in f:
+                    m = _VGPU_TYPE_LINE.match(line)
+                    if m:
+                        out['types'][int(m.group(1))] = m.group(2)
+            out['available'] = dict.fromkeys(out['types'], True)
+            out['current'] = _read_int(self._dev(
+                address, 'nvidia', 'current_vgpu_type')) or 0
+            return out
+        types = self.mdev_types(address)
+        if not types:
+            return out
+        out['layout'] = 'mdev'
+        for entry in types:
+            type_id = _mdev_type_id(entry['type'])
+            if type_id is None:
+                continue
+            out['types'][type_id] = entry['name']
+            out['available'][type_id] = (entry['available_instances']
+                                         not in ('', '0'))
+        for mdev in self.mdevs(address):
+            target = os.readlink(self._dev(address, mdev, 'mdev_type'))
+            out['mdevs'][mdev] = _mdev_type_id(os.path.basename(target))
+        return out
+
+    def set_vgpu_type(self, address, type_id):
+        """Configure a VF with a vGPU type (vfio layout; 0 clears it) and
+        check that the vGPU Manager took it.
+        """
+        path = self._dev(address, 'nvidia', 'current_vgpu_type')
+        try:
+            _write(path, str(type_id))
+        except OSError as e:
+            raise VgpuError('Writing vGPU type %s to VF %s failed: %s'
+                            % (type_id, address, e))
+        now = self.vf_vgpu(address)['current']
+        if now != type_id:
+            raise VgpuError('VF %s has vGPU type %s after writing %s (the '
+                            'vGPU Manager refused it)'
+                            % (address, now or 'none', type_id))
 
     def driver(self, address):
         try:

@@ -126,12 +126,15 @@ def test_discovery_reports_pfs_with_slice_inventories(make_host):
     board = devices[GPU1].std_board_info
     assert board['driver'] == 'nvidia' and board['mode'] == 'Compute'
     assert board['compute_capability'] == '9.0'
-    # GPU 1: the PF + 7 MIG handles for non-VM use; GPU 2: the PF + VFs.
+    # The PF + 7 MIG handles for non-VM use (Nova ignores MIG). GPU 2
+    # has VFs but no vGPU Manager: the same (its VFs are not handles).
     types = [h.attach_type for h in dep.attach_handles]
-    assert types == ['PCI'] + ['MDEV'] * 7
-    vf_handles = devices[GPU2].deployables[0].attach_handles
-    assert [h.attach_type for h in vf_handles] == ['PCI'] * 8
-    assert vf_handles[1].attach_info['function'] != '0'
+    assert types == ['PCI'] + ['MIG'] * 7
+    gpu2 = devices[GPU2].deployables[0]
+    assert [h.attach_type for h in gpu2.attach_handles] == \
+        ['PCI'] + ['MIG'] * 7
+    assert {'CUSTOM_GPU_HOST_DATACENTER', 'CUSTOM_GPU_MIG_NON_VM'} <= \
+        set(dep.traits) & set(gpu2.traits)
 
 
 def test_passthrough_trait_needs_iommu_no_vfs_and_a_way_to_vfio(make_host):

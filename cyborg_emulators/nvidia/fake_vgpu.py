@@ -1,0 +1,343 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The NVIDIA vGPU Manager side of a fake GPU host: host vGPU mode in
+NVML, the vGPU type catalog, and the vGPU types on the SR-IOV VFs in
+sysfs.
+
+A host spec GPU with a `vgpu_manager` section is a vGPU-Manager GPU
+(contract gpu-to-vm.md §1): NVML says virtualization mode HOST_VGPU and
+host vGPU mode SR-IOV, and its VFs carry the vGPU types in one of the two
+layouts of §2::
+
+    vgpu_manager:
+      layout: vfio        # vfio: <VF>/nvidia/{creatable,current}_vgpu_type
+                          # mdev: <VF>/mdev_supported_types/nvidia-NNN/
+      heterogeneous: false  # mixed time-sliced sizes on one GPU
+
+What is creatable on a VF follows the vGPU Manager's rules: a configured
+VF offers nothing more (kubevirt-gpu-device-plugin README: "on a fully
+consumed card that catalog is reduced to its header"); MIG-backed types
+need MIG mode on and a GPU instance of their profile that no vGPU uses
+yet (NVIDIA vgpu-device-manager applies the MIG layout before creating
+the vGPUs); time-sliced types need MIG mode off and, unless the GPU is
+in heterogeneous mode, the same type as every other time-sliced vGPU of
+the GPU (NVIDIA vGPU docs, "equal-size mode"), at most max_instances.
+"""
+
+import collections
+import dataclasses
+import os
+
+import pynvml as N
+
+NO_PROFILE = 0xFFFFFFFF     # nvmlVgpuTypeGetGpuInstanceProfileId, not MIG
+# The header creatable_vgpu_types keeps when nothing more is creatable.
+CREATABLE_HEADER = 'ID    : vGPU Name'
+LAYOUTS = ('vfio', 'mdev')
+
+
+@dataclasses.dataclass(frozen=True)
+class VgpuType:
+    id: int
+    name: str
+    framebuffer_mib: int
+    max_instances: int
+    gi_profile_id: int = NO_PROFILE   # MIG-backed: the GI profile
+
+    @property
+    def mig_backed(self):
+        return self.gi_profile_id != NO_PROFILE
+
+
+def _mig(tid, name, gib, count, gi):
+    return VgpuType(tid, name, gib * 1024, count, gi)
+
+
+def _sliced(tid, name, gib, count):
+    return VgpuType(tid, name, gib * 1024, count)
+
+
+# vGPU type catalogs per model file. Names: NVIDIA vGPU for Compute docs
+# ("MIG-Backed NVIDIA vGPU for Compute for NVIDIA H200": H200-1-18C ...
+# H200-7-141C with their GI profiles and per-GPU maximum; the HGX board
+# is named H200X, "NVIDIA HGX H200 | NVIDIA H200X-141C"). Type ids 1414
+# (NVIDIA H200X-1-18C) and 1428 (NVIDIA H200X-141C) are the ones
+# NVIDIA/vgpu-device-manager's vfio tests and NVIDIA/kubevirt-gpu-device-
+# plugin's README show on an H200 VF; the other ids are this fixture's
+# own (no public list found) and only need to be distinct. Framebuffer
+# sizes are nominal GiB × 1024. A100 80GB ("A100D"): nvidia-699 = GRID
+# A100D-1-10C and nvidia-700 = GRID A100D-2-20C (kayobe's vGPU guide,
+# contract §2); the other A100D ids are the fixture's own.
+CATALOGS = {
+    'h200': (
+        _mig(1414, 'NVIDIA H200X-1-18C', 18, 7, 19),
+        _mig(1415, 'NVIDIA H200X-1-18CME', 18, 1, 20),
+        _mig(1416, 'NVIDIA H200X-1-35C', 35, 4, 15),
+        _mig(1417, 'NVIDIA H200X-2-35C', 35, 3, 14),
+        _mig(1418, 'NVIDIA H200X-3-71C', 71, 2, 9),
+        _mig(1419, 'NVIDIA H200X-4-71C', 71, 1, 5),
+        _mig(1420, 'NVIDIA H200X-7-141C', 141, 1, 0),
+        _sliced(1426, 'NVIDIA H200X-35C', 35, 4),
+        _sliced(1427, 'NVIDIA H200X-70C', 70, 2),
+        _sliced(1428, 'NVIDIA H200X-141C', 141, 1),
+    ),
+    'a100-80gb': (
+        _mig(699, 'GRID A100D-1-10C', 10, 7, 19),
+        _mig(700, 'GRID A100D-2-20C', 20, 3, 14),
+        _mig(701, 'GRID A100D-3-40C', 40, 2, 9),
+        _mig(702, 'GRID A100D-4-40C', 40, 1, 5),
+        _mig(703, 'GRID A100D-7-80C', 80, 1, 0),
+        _sliced(706, 'GRID A100D-20C', 20, 4),
+        _sliced(707, 'GRID A100D-40C', 40, 2),
+        _sliced(708, 'GRID A100D-80C', 80, 1),
+    ),
+}
+
+
+def catalog(model):
+    try:
+        return CATALOGS[os.path.basename(str(model)).removesuffix('.json')]
+    except KeyError:
+        raise ValueError('no vGPU type catalog for GPU model %s' % model)
+
+
+class VgpuManager:
+    """The vGPU Manager of one GPU: its catalog, layout and which VF holds
+    which type. `gpu` is the fake NVML GPU (MIG mode and instances).
+    """
+
+    def __init__(self, gpu, section, model):
+        self.gpu = gpu
+        self.layout = section.get('layout', 'vfio')
+        if self.layout not in LAYOUTS:
+            raise ValueError('vgpu_manager layout must be one of %s'
+                             % ', '.join(LAYOUTS))
+        self.heterogeneous = bool(section.get('heterogeneous', False))
+        self.types = {t.id: t for t in catalog(model)}
+        self.vfs = []               # VF addresses, set by the sysfs tree
+        self.current = {}           # VF → type id configured on it
+
+    # What the vGPU Manager allows -----------------------------------------
+
+    def _free_gis(self, profile_id):
+        gis = sum(gi.profile.id == profile_id for gi in self.gpu.gis.values())
+        used = sum(self.types[t].gi_profile_id == profile_id
+                   for t in self.current.values())
+        return gis - used
+
+    def creatable(self, vf):
+        """The type ids a VF can be configured with now."""
+        if self.current.get(vf):
+            return []
+        mig_on = bool(self.gpu.mig and self.gpu.mig[0])
+        live = collections.Counter(self.current.values())
+        sliced = {t for t in live if not self.types[t].mig_backed}
+        out = []
+        for t in self.types.values():
+            if t.mig_backed:
+                ok = mig_on and self._free_gis(t.gi_profile_id) > 0
+            else:
+                ok = (not mig_on and not self.gpu.gis
+                      and live[t.id] < t.max_instances
+                      and (self.heterogeneous or sliced <= {t.id})
+                      and not any(self.types[x].mig_backed for x in live))
+            if ok:
+                out.append(t.id)
+        return out
+
+    def configure(self, vf, type_id):
+        """current_vgpu_type ← type_id (0 clears); False when refused."""
+        if type_id == 0:
+            self.current.pop(vf, None)
+            return True
+        if type_id not in self.creatable(vf):
+            return False
+        self.current[vf] = type_id
+        return True
+
+    def state(self):
+        return {vf: t for vf, t in sorted(self.current.items())}
+
+
+class VgpuSymbols:
+    """The NVML symbols of host vGPU mode and vGPU types, mixed into the
+    fake library (fake_nvml._Library). A GPU without a vGPU Manager
+    answers NotSupported, as a data-center driver does.
+    """
+
+    @staticmethod
+    def _manager(dev):
+        manager = getattr(dev, 'vgpu', None)
+        if manager is None:
+            raise _NotSupported()
+        return manager
+
+    def _type(self, type_id):
+        wanted = type_id.value if hasattr(type_id, 'value') else type_id
+        for gpu in self.fake._gpus:
+            manager = getattr(gpu, 'vgpu', None)
+            if manager is not None and wanted in manager.types:
+                return manager.types[wanted]
+        raise _Invalid()
+
+    def nvmlDeviceGetHostVgpuMode(self, dev, out):
+        self._manager(dev)
+        _set(out, N.NVML_HOST_VGPU_MODE_SRIOV)
+
+    def nvmlDeviceGetVgpuHeterogeneousMode(self, dev, out):
+        _deref(out).mode = int(self._manager(dev).heterogeneous)
+
+    def nvmlDeviceGetSupportedVgpus(self, dev, count, ids):
+        types = sorted(self._manager(dev).types)
+        room = _deref(count).value
+        _set(count, len(types))
+        if ids is None or room < len(types):
+            raise _InsufficientSize()
+        for i, type_id in enumerate(types):
+            ids[i] = type_id
+
+    def nvmlVgpuTypeGetName(self, type_id, buf, size):
+        name = self._type(type_id).name.encode()
+        if len(name) + 1 > _deref(size).value:
+            raise _InsufficientSize()
+        buf.value = name
+
+    def nvmlVgpuTypeGetFramebufferSize(self, type_id, out):
+        _set(out, self._type(type_id).framebuffer_mib << 20)
+
+    def nvmlVgpuTypeGetMaxInstances(self, dev, type_id, out):
+        self._manager(dev)
+        _set(out, self._type(type_id).max_instances)
+
+    def nvmlVgpuTypeGetGpuInstanceProfileId(self, type_id, out):
+        _set(out, self._type(type_id).gi_profile_id)
+
+
+# The fake library's error plumbing, without importing it (it imports us).
+class NvmlCode(Exception):
+    code = N.NVML_ERROR_UNKNOWN
+
+
+class _NotSupported(NvmlCode):
+    code = N.NVML_ERROR_NOT_SUPPORTED
+
+
+class _Invalid(NvmlCode):
+    code = N.NVML_ERROR_INVALID_ARGUMENT
+
+
+class _InsufficientSize(NvmlCode):
+    code = N.NVML_ERROR_INSUFFICIENT_SIZE
+
+
+def _deref(ref):
+    if hasattr(ref, '_obj'):
+        return ref._obj
+    return ref.contents
+
+
+def _set(ref, value):
+    _deref(ref).value = value
+
+
+# Sysfs -------------------------------------------------------------------
+
+def settle(devices_dir, manager):
+    """Apply what was written to the VFs' files, then show the state."""
+    if manager.layout == 'vfio':
+        settle_vfio(devices_dir, manager)
+    else:
+        settle_mdev(devices_dir, manager)
+    for vf in manager.vfs:
+        write_vf(devices_dir, vf, manager)
+
+
+def write_vf(devices_dir, vf, manager):
+    """Write (again) the vGPU files of one VF for its manager's layout."""
+    path = os.path.join(devices_dir, vf)
+    creatable = set(manager.creatable(vf))
+    if manager.layout == 'vfio':
+        folder = os.path.join(path, 'nvidia')
+        os.makedirs(folder, exist_ok=True)
+        lines = [CREATABLE_HEADER] + [
+            '%d : %s' % (t, manager.types[t].name) for t in sorted(creatable)]
+        _write(os.path.join(folder, 'creatable_vgpu_types'),
+               '\n'.join(lines))
+        current = os.path.join(folder, 'current_vgpu_type')
+        _write(current, manager.current.get(vf, 0))
+        return
+    for t in manager.types.values():
+        folder = os.path.join(path, 'mdev_supported_types', 'nvidia-%d' % t.id)
+        os.makedirs(folder, exist_ok=True)
+        _write(os.path.join(folder, 'name'), t.name)
+        _write(os.path.join(folder, 'description'),
+               'num_heads=1, frl_config=60, framebuffer=%dM, '
+               'max_resolution=4096x2160, max_instance=%d'
+               % (t.framebuffer_mib, t.max_instances))
+        _write(os.path.join(folder, 'available_instances'),
+               int(t.id in creatable))
+        _write(os.path.join(folder, 'device_api'), 'vfio-pci')
+        if not os.path.exists(os.path.join(folder, 'create')):
+            _write(os.path.join(folder, 'create'), '')
+
+
+def settle_vfio(devices_dir, manager):
+    """Apply current_vgpu_type writes like the vGPU Manager: a type that is
+    not creatable is refused (the file goes back to what it was).
+    """
+    for vf in manager.vfs:
+        path = os.path.join(devices_dir, vf, 'nvidia', 'current_vgpu_type')
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        try:
+            wanted = int(text or 0)
+        except ValueError:
+            wanted = -1
+        if wanted >= 0 and wanted != manager.current.get(vf, 0):
+            manager.configure(vf, wanted)
+
+
+def settle_mdev(devices_dir, manager):
+    """Apply `create` writes (an mdev of that type under the VF, as Nova's
+    libvirt driver does) and `remove` writes, like the kernel.
+    """
+    for vf in manager.vfs:
+        types_dir = os.path.join(devices_dir, vf, 'mdev_supported_types')
+        for name in sorted(os.listdir(types_dir)) \
+                if os.path.isdir(types_dir) else []:
+            create = os.path.join(types_dir, name, 'create')
+            uuid = _take(create)
+            if uuid and manager.configure(vf, int(name.split('-')[1])):
+                mdev = os.path.join(devices_dir, vf, uuid)
+                os.makedirs(mdev, exist_ok=True)
+                _write(os.path.join(mdev, 'remove'), '')
+                link = os.path.join(mdev, 'mdev_type')
+                if not os.path.lexists(link):
+                    os.symlink(os.path.join('..', 'mdev_supported_types',
+                                            name), link)
+        for entry in os.listdir(os.path.join(devices_dir, vf)):
+            remove = os.path.join(devices_dir, vf, entry, 'remove')
+            if os.path.isfile(remove) and _take(remove) == '1':
+                mdev = os.path.join(devices_dir, vf, entry)
+                os.unlink(os.path.join(mdev, 'mdev_type'))
+                os.unlink(remove)
+                os.rmdir(mdev)
+                manager.configure(vf, 0)
+
+
+def _write(path, value):
+    with open(path, 'w') as f:
+        f.write('%s\n' % value if value != '' else '')
+
+
+def _take(path):
+    try:
+        with open(path) as f:
+            value = f.read().strip()
+    except OSError:
+        return ''
+    if value:
+        _write(path, '')
+    return value
