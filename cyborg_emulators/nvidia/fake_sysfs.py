@@ -220,18 +220,29 @@ class FakeSysfs(sysfs.Sysfs):
 
     def vf_vgpu(self, address):
         with self._settling:
-            self._settle()
+            self.settle_vgpu()
             return super().vf_vgpu(address)
+
+    def vfs_vgpu(self, addresses):
+        with self._settling:
+            self.settle_vgpu()
+            return {a: sysfs.Sysfs.vf_vgpu(self, a) for a in addresses}
 
     def set_vgpu_type(self, address, type_id):
         with self._settling:
             return super().set_vgpu_type(address, type_id)
 
+    def settle_vgpu(self):
+        """Apply writes to the VFs' vGPU files and show what the vGPU
+        Manager allows now (it depends on NVML's MIG state too).
+        """
+        with self._settling:
+            for manager in self.vgpu_managers:
+                fake_vgpu.settle(self._tree.devices, manager)
+
     def _settle(self):
         """Apply pending unbind/bind/drivers_probe writes, kernel-like."""
         tree = self._tree
-        for manager in self.vgpu_managers:
-            fake_vgpu.settle(tree.devices, manager)
         names = sorted(os.listdir(tree.drivers)) \
             if os.path.isdir(tree.drivers) else []
         for name in names:
@@ -270,9 +281,8 @@ class FakeGpuHost:
             on_change=self._save if state_file else None)
         self._build()
         self.sysfs = FakeSysfs(root)
-        self.sysfs.vgpu_managers = [m for m in self.vgpu_managers()]
-        with self.sysfs._settling:
-            self.sysfs._settle()
+        self.sysfs.vgpu_managers = self.vgpu_managers()
+        self.sysfs.settle_vgpu()
 
     def vgpu_managers(self):
         """The fake vGPU Manager of each vGPU GPU (fake_vgpu)."""
@@ -285,15 +295,13 @@ class FakeGpuHost:
         tree = _Tree(self.root)
         _write(tree.dev(vf, 'mdev_supported_types', type_name, 'create'),
                mdev_uuid)
-        with self.sysfs._settling:
-            self.sysfs._settle()
+        self.sysfs.settle_vgpu()
         return os.path.isdir(tree.dev(vf, mdev_uuid))
 
     def remove_mdev(self, vf, mdev_uuid):
         tree = _Tree(self.root)
         _write(tree.dev(vf, mdev_uuid, 'remove'), '1')
-        with self.sysfs._settling:
-            self.sysfs._settle()
+        self.sysfs.settle_vgpu()
 
     def _build(self):
         """Create missing functions; existing ones keep their binding."""

@@ -267,17 +267,17 @@ def write_vf(devices_dir, vf, manager):
         return
     for t in manager.types.values():
         folder = os.path.join(path, 'mdev_supported_types', 'nvidia-%d' % t.id)
-        os.makedirs(folder, exist_ok=True)
-        _write(os.path.join(folder, 'name'), t.name)
-        _write(os.path.join(folder, 'description'),
-               'num_heads=1, frl_config=60, framebuffer=%dM, '
-               'max_resolution=4096x2160, max_instance=%d'
-               % (t.framebuffer_mib, t.max_instances))
+        if not os.path.isdir(folder):
+            os.makedirs(folder)
+            _write(os.path.join(folder, 'name'), t.name)
+            _write(os.path.join(folder, 'description'),
+                   'num_heads=1, frl_config=60, framebuffer=%dM, '
+                   'max_resolution=4096x2160, max_instance=%d'
+                   % (t.framebuffer_mib, t.max_instances))
+            _write(os.path.join(folder, 'device_api'), 'vfio-pci')
+            _write(os.path.join(folder, 'create'), '')
         _write(os.path.join(folder, 'available_instances'),
                int(t.id in creatable))
-        _write(os.path.join(folder, 'device_api'), 'vfio-pci')
-        if not os.path.exists(os.path.join(folder, 'create')):
-            _write(os.path.join(folder, 'create'), '')
 
 
 def settle_vfio(devices_dir, manager):

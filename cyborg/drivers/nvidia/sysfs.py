@@ -166,6 +166,10 @@ class Sysfs:
             out['mdevs'][mdev] = _mdev_type_id(os.path.basename(target))
         return out
 
+    def vfs_vgpu(self, addresses):
+        """{VF: vf_vgpu(VF)} of several VFs."""
+        return {address: self.vf_vgpu(address) for address in addresses}
+
     def set_vgpu_type(self, address, type_id):
         """Configure a VF with a vGPU type (vfio layout; 0 clears it) and
         check that the vGPU Manager took it.

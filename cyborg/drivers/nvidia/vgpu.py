@@ -167,8 +167,7 @@ class Vgpu:
         return dict(self._bound.get(address, {}), **self._mine[address])
 
     def view(self, gpu, vfs):
-        sysfs = self.state.sysfs
-        views = {vf: sysfs.vf_vgpu(vf) for vf in vfs}
+        views = self.state.sysfs.vfs_vgpu(vfs)
         return VgpuState(gpu, vfs, views, self.bound(gpu.address))
 
     # Placement -------------------------------------------------------------
@@ -267,8 +266,8 @@ class Vgpu:
                                     % (vf, gpu.address))
         gpu = self.state.live(gpu)
         slots = state_mod.slots(gpu, self.state.instances(gpu))
-        vgpu_state = VgpuState(gpu, functions['vfs'], {
-            v: sysfs.vf_vgpu(v) for v in functions['vfs']}, bound)
+        vgpu_state = VgpuState(gpu, functions['vfs'],
+                               sysfs.vfs_vgpu(functions['vfs']), bound)
         if vgpu_type not in self.placeable(gpu, vgpu_state, slots):
             raise base.PrepareError(
                 'vGPU type %s cannot be placed on GPU %s now (in use: %s; '
