@@ -20,6 +20,10 @@ CORE_PERCENT = 'CUSTOM_GPU_CORE_PERCENT'
 MEMORY_MB = 'CUSTOM_GPU_MEMORY_MB'
 SHARE_SLOT = 'CUSTOM_GPU_SHARE_SLOT'
 
+# Standard class of a vGPU: on an NVIDIA vGPU-Manager host one VF; a
+# group asking for it and slices is one vGPU (the slices are its own).
+VGPU = 'VGPU'
+
 PARTS_OF_ONE_GPU = frozenset((MEM_SLICE, COMPUTE_SLICE, NVDEC, NVJPG, OFA,
                               CORE_PERCENT, MEMORY_MB, SHARE_SLOT))
 
@@ -35,4 +39,6 @@ def accelerators_in_group(group):
             partial = True
         else:
             count += int(value)
+    if partial and int(group.get('resources:' + VGPU, 0)):
+        return count
     return count + (1 if partial else 0)

@@ -23,6 +23,7 @@ import collections
 
 from oslo_log import log
 
+from cyborg.common import gpu_classes
 from cyborg.conf import CONF
 from cyborg.drivers import base
 from cyborg.drivers.nvidia import mig as mig_mod
@@ -35,7 +36,7 @@ LOG = log.getLogger(__name__)
 
 DATACENTER = 'datacenter'
 VGPU_HOST = 'vgpu'
-VGPU = 'VGPU'
+VGPU = gpu_classes.VGPU
 HOST_TRAITS = {DATACENTER: 'CUSTOM_GPU_HOST_DATACENTER',
                VGPU_HOST: 'CUSTOM_GPU_HOST_VGPU'}
 # MIG instances for host processes and containers (MIG UUID): only on a
