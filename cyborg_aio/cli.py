@@ -35,10 +35,12 @@ def _parser():
                '(Placement candidates and claim, ARQs, bind, events) and '
                'prints their libvirt <hostdev> XML and ARQs; the '
                'instances stay, and the next start replaces them. With a '
-               'host spec of NVIDIA GPUs (etc/cyborg/fake-hosts/'
-               'h200x2.yaml) the demo boots a whole H200 and MIG '
-               'instances of several sizes with the profiles of '
-               'etc/cyborg/device-profiles instead. '
+               'host spec of NVIDIA GPUs the demo boots what a VM can get '
+               'there with the profiles of etc/cyborg/device-profiles '
+               'instead: on etc/cyborg/fake-hosts/h200-vgpu.yaml (vGPU '
+               'Manager) time-sliced and MIG-backed vGPUs, on '
+               'h200-dc.yaml (data-center driver) a whole H200, and it '
+               'shows that a vGPU profile finds no candidate there. '
                'Ctrl-C or SIGTERM stops it (exit status 0); '
                'starting again with the same --state-dir keeps the data.')
     parser.add_argument(
@@ -121,7 +123,8 @@ def _start_demo(stack):
 
     kwargs = {}
     if stack.fake_gpus is not None:
-        kwargs = {'plan': demo.gpu_plan(), 'metrics_url': stack.metrics_url}
+        kwargs = {'plan': demo.gpu_plan(stack.fake_gpus.spec),
+                  'metrics_url': stack.metrics_url}
     threading.Thread(target=demo.run, name='demo', daemon=True, args=(
         stack.nova_receiver, stack.api_url, stack.placement_url, sys.stdout,
     ), kwargs=kwargs).start()

@@ -36,14 +36,18 @@ PROFILES = {
 # (instance name, profile), booted in this order.
 INSTANCES = (('demo-gpu-1', 'demo-gpu'), ('demo-fpga-1', 'demo-fpga'),
              ('demo-gpu-fpga-1', 'demo-gpu-fpga'))
-# On a host of NVIDIA GPUs (cyborg-aio --host-spec .../h200x2.yaml): one
-# whole H200 for a VM, then MIG instances of several sizes, with the
-# shipped profiles (cyborg/data/device-profiles).
-GPU_INSTANCES = (('demo-h200-whole-1', 'h200-whole'),
-                 ('demo-mig-3g-1', 'h200-mig-3g-71gb'),
-                 ('demo-mig-2g-1', 'h200-mig-2g-35gb'),
-                 ('demo-mig-1g-1', 'h200-mig-1g-18gb'),
-                 ('demo-mig-1g-2', 'h200-mig-1g-18gb'))
+# On a host of NVIDIA GPUs, with the shipped profiles (cyborg/data/
+# device-profiles), what a VM can get there. Data-center driver
+# (cyborg-aio --host-spec .../h200-dc.yaml): a whole H200; a vGPU profile
+# finds no candidate. vGPU Manager (.../h200-vgpu.yaml): a time-sliced
+# vGPU first (its GPU then takes no MIG-backed type), then MIG-backed
+# vGPUs of two sizes on the other H200.
+GPU_INSTANCES = (('demo-h200-whole-1', 'h200-whole'),)
+GPU_REFUSED = (('demo-vgpu-on-dc-1', 'h200-vgpu-1g-18gb'),)
+VGPU_INSTANCES = (('demo-vgpu-70c-1', 'h200-vgpu-70c'),
+                  ('demo-vgpu-3g-1', 'h200-vgpu-3g-71gb'),
+                  ('demo-vgpu-1g-1', 'h200-vgpu-1g-18gb'),
+                  ('demo-vgpu-1g-2', 'h200-vgpu-1g-18gb'))
 _NAMESPACE = uuid.UUID('5b0a3a4e-3c51-4f0c-9d0e-6a1f6e0d2c11')
 BINDING_TIMEOUT = 60
 RELEASE_TIMEOUT = 30
@@ -58,10 +62,19 @@ def shipped_profile(name):
     return data.profile(name)[0]['groups']
 
 
-def gpu_plan():
-    """(profiles, instances) of the NVIDIA demo."""
-    return ({p: shipped_profile(p) for _, p in GPU_INSTANCES},
-            GPU_INSTANCES)
+def gpu_plan(host_spec=None):
+    """(profiles, instances, refused) of the NVIDIA demo on a fake host
+    spec: vGPUs where the GPUs run under the vGPU Manager, else a whole
+    GPU (and a vGPU profile that must find no candidate).
+    """
+    gpus = ((host_spec or {}).get('nvidia', host_spec or {}) or {}).get(
+        'gpus', [])
+    if any(g.get('vgpu_manager') is not None for g in gpus):
+        instances, refused = VGPU_INSTANCES, ()
+    else:
+        instances, refused = GPU_INSTANCES, GPU_REFUSED
+    return ({p: shipped_profile(p) for _, p in instances + refused},
+            instances, refused)
 
 
 def _cyborg(context, conf):
@@ -150,9 +163,11 @@ def run(receiver, api_url, placement_url, out, conf=None,
         binding_timeout=BINDING_TIMEOUT, plan=None, metrics_url=None):
     """Boot the demo instances and print their <hostdev>s and ARQs to
     `out`. True if all booted; failures are printed, never raised.
-    plan: (profiles, instances); the fake GPU/FPGA host's by default.
+    plan: (profiles, instances[, refused]); the fake GPU/FPGA host's by
+    default. `refused` instances must find no allocation candidate.
     """
-    profiles, instances = plan or (PROFILES, INSTANCES)
+    profiles, instances, *rest = plan or (PROFILES, INSTANCES)
+    refused = tuple(rest[0]) if rest else ()
     conf = conf or nova_conf.CONF
     flow.configure(conf, api_url, placement_url)
     context = nova_context.RequestContext()
@@ -173,7 +188,7 @@ def run(receiver, api_url, placement_url, out, conf=None,
     booted = 0
     # What a previous run left goes first: the agent releases the devices
     # (and republishes what fits) just after the ARQs are deleted.
-    for name, _ in instances:
+    for name, _ in instances + refused:
         runner.delete(instance_uuid(name))
     _wait_released(context, conf)
     for name, profile in instances:
@@ -192,12 +207,26 @@ def run(receiver, api_url, placement_url, out, conf=None,
         say('demo: instance %s (%s) with %s on host %s:'
             % (name, uuid_, profile, result.instance.host))
         say(result.devices_xml)
+    refusals = 0
+    for name, profile in refused:
+        flavor = scheduler.Flavor(
+            name='demo.%s' % profile,
+            extra_specs={scheduler.DEVICE_PROFILE_SPEC: profile})
+        try:
+            runner.boot(flavor, instance_uuid=instance_uuid(name), name=name)
+        except flow.FlowError as e:
+            refusals += 1
+            say('demo: instance %s with %s refused, as it must be on this '
+                'host: %s' % (name, profile, e))
+            continue
+        say('demo: instance %s with %s booted, but this host cannot give '
+            'it to a VM' % (name, profile))
     if arqs:
         say(flow.arq_table(arqs))
     if metrics_url is not None:
         _lifecycle_view(say, context, conf, metrics_url)
     say('demo: %d of %d instance(s) booted' % (booted, len(instances)))
-    return booted == len(instances)
+    return booted == len(instances) and refusals == len(refused)
 
 
 def _lifecycle_view(say, context, conf, metrics_url):

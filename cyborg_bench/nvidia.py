@@ -20,7 +20,7 @@ libnvidia-ml; the NVML call counts carry over to hardware as they are.
 2. Bind and release through the service: ``EmbeddedStack`` (API,
    Placement, conductor, agent, Nova's events API; SQLite, in-process
    messaging) on free loopback ports over
-   ``etc/cyborg/fake-hosts/h200x2.yaml`` in a temp state dir. With the
+   ``etc/cyborg/fake-hosts/h200-dc.yaml`` in a temp state dir. With the
    ``h200-mig-1g-18gb`` profile on GPU 0000:43:00.0 (``--mig-binds``) and
    ``h200-whole`` on 0000:1b:00.0 (``--whole-binds``; the stack sets
    ``[nvidia] rebind_for_passthrough``), one ARQ at a time, as Nova does:
@@ -78,7 +78,7 @@ from cyborg_bench import machine
 from cyborg_bench import stats
 
 REPO = machine.REPO
-HOST_SPEC = data.fake_host('h200x2')
+HOST_SPEC = data.fake_host('h200-dc')
 # A realistic full H200: 4 + 2 + 1 + 1 of the 8 memory slices.
 LAYOUT = ('h200-mig-3g-71gb', 'h200-mig-2g-35gb', 'h200-mig-1g-18gb',
           'h200-mig-1g-18gb')

@@ -269,6 +269,7 @@ class FakeGpuHost:
 
     def __init__(self, spec, root, state_file=None):
         section = spec.get('nvidia', spec)
+        self.spec = spec
         self.root = root
         self.state_file = state_file
         self.iommu = section.get('iommu', True)

@@ -77,7 +77,7 @@ def test_mig_profiles_bind_as_one_arq_each_and_pack(stack):
     arqs, _, [bound] = boot(stack, 'h200-mig-3g-71gb')
     assert len(arqs) == 1          # slices and engines: one accelerator
     assert bound['state'] == 'Bound'
-    assert bound['attach_handle_type'] == 'MDEV'
+    assert bound['attach_handle_type'] == 'MIG'     # not for VMs
     info = bound['attach_handle_info']
     assert (info['mig_profile'], info['mig_start']) == ('3g.71gb', 4)
     assert info['mig_uuid'].startswith('MIG-')

@@ -160,36 +160,57 @@ def test_aio_demo_boots_instances_and_reruns(aio):
     assert second.stop() == 0, second.logs()
 
 
-def test_aio_h200_demo_whole_gpu_and_mig_on_demand(aio):
-    """Two fake H200s through the real nvidia driver: one whole GPU for a
-    VM, MIG instances of three sizes packed on the other; a restart
-    releases and re-creates them without leaving orphans.
+def test_aio_h200_vgpu_demo_boots_vgpus_for_vms(aio):
+    """Two fake H200s under the vGPU Manager through the real nvidia
+    driver and the Nova flow: a time-sliced vGPU on one GPU, MIG-backed
+    vGPUs of two sizes on the other, each on its own VF with its type
+    written (vfio layout); a restart unbinds and binds them again.
     """
-    spec = os.path.join(FAKE_HOSTS, 'h200x2.yaml')
+    spec = os.path.join(FAKE_HOSTS, 'h200-vgpu.yaml')
     for run in range(2):
         proc = aio(demo=True, host_spec=spec)
         out = proc.read_until(r'^demo: \d+ of \d+ instance\(s\) booted')
-        assert 'demo: 5 of 5 instance(s) booted' in out, out + proc.logs()
-        # The whole GPU is the first H200's PF; MIG instances reach VMs
-        # as the second H200's VFs.
-        assert 'bus="0x1b" slot="0x00" function="0x0"' in out, out
-        assert out.count('bus="0x43"') == 4, out
-        arqs = {a['device_profile_name'] + str(a['attach_handle_info'].get(
-            'mig_start')): a for a in _demo_arqs(proc.api)}
-        assert set(arqs) == {'h200-wholeNone', 'h200-mig-3g-71gb4',
-                             'h200-mig-2g-35gb2', 'h200-mig-1g-18gb1',
-                             'h200-mig-1g-18gb0'}, arqs
-        assert arqs['h200-wholeNone']['attach_handle_info'][
-            'restore_driver'] == 'nvidia'
-        assert arqs['h200-mig-3g-71gb4']['attach_handle_info'][
-            'mig_uuid'].startswith('MIG-')
+        assert 'demo: 4 of 4 instance(s) booted' in out, out + proc.logs()
+        arqs = _demo_arqs(proc.api)
+        assert len(arqs) == 4, arqs
+        infos = {a['device_profile_name'] + '/' + a['uuid']:
+                 a['attach_handle_info'] for a in arqs}
+        assert {a['attach_handle_type'] for a in arqs} == {'PCI'}
+        assert all(i['managed'] == 'no' and i['function'] != '0'
+                   for i in infos.values()), infos
+        vfs = {(i['bus'], i['device'], i['function'])
+               for i in infos.values()}
+        assert len(vfs) == 4, infos
+        by_type = {i['vgpu_type']: i for i in infos.values()}
+        assert set(by_type) == {'1427', '1418', '1414'}, infos
+        # The time-sliced vGPU has a GPU of its own.
+        sliced_bus = by_type['1427']['bus']
+        assert {i['bus'] for i in infos.values()
+                if i['vgpu_type'] != '1427'} == {
+                    {'1b': '43', '43': '1b'}[sliced_bus]}
         state = json.loads((aio.state_dir / 'fake-nvml.json').read_text())
-        layouts = sorted(sorted((gi['profile_id'], gi['start'])
+        layouts = sorted(sorted((gi['profile_id'], gi['compute_instances'])
                                 for gi in gpu['gpu_instances'])
                          for gpu in state['gpus'].values())
-        assert layouts == [[], [(9, 4), (14, 2), (19, 0), (19, 1)]]
+        assert layouts == [[], [(9, []), (19, []), (19, [])]], layouts
         assert 'MIG instances nobody owns' not in proc.logs()
         assert proc.stop() == 0, proc.logs()
+
+
+def test_aio_h200_dc_demo_whole_gpu_and_no_vgpu(aio):
+    """Two fake H200s on the data-center driver: a whole H200 boots for a
+    VM; a vGPU profile gets no allocation candidate.
+    """
+    proc = aio(demo=True, host_spec=os.path.join(FAKE_HOSTS, 'h200-dc.yaml'))
+    out = proc.read_until(r'^demo: \d+ of \d+ instance\(s\) booted')
+    assert 'demo: 1 of 1 instance(s) booted' in out, out + proc.logs()
+    assert 'with h200-vgpu-1g-18gb refused, as it must be' in out, out
+    [arq] = _demo_arqs(proc.api)
+    assert arq['device_profile_name'] == 'h200-whole'
+    assert arq['attach_handle_type'] == 'PCI'
+    assert arq['attach_handle_info']['function'] == '0'
+    assert arq['attach_handle_info']['restore_driver'] == 'nvidia'
+    assert proc.stop() == 0, proc.logs()
 
 
 def _openstack(*args):

@@ -98,7 +98,7 @@ def bind(driver, vf, group, uuid='h-1', attach_type='PCI'):
     return dict(handle, attach_info=json.dumps(info)), info
 
 
-# Host kind ----------------------------------------------------------------
+# Host kind -------------------------------------------------------------------
 
 def test_vgpu_host_offers_vgpus_on_vfs_only(make_host):
     host = make_host(shipped('h200-vgpu'))
@@ -148,7 +148,7 @@ def test_nvml_says_host_vgpu_and_lists_the_catalog(make_host):
     assert by_name['NVIDIA H200X-70C'].max_instances == 2
 
 
-# Fake vGPU Manager ----------------------------------------------------------
+# Fake vGPU Manager -----------------------------------------------------------
 
 def test_fake_vfio_layout_lists_creatable_types_and_refuses_others(
         make_host):
@@ -172,7 +172,7 @@ def test_fake_vfio_layout_lists_creatable_types_and_refuses_others(
     assert 1414 not in host.sysfs.vf_vgpu('0000:1b:00.5')['types']
 
 
-# vGPU binding, vfio layout ----------------------------------------------------
+# vGPU binding, vfio layout ---------------------------------------------------
 
 def test_mig_backed_vgpu_bind_configures_vf_and_gi_then_unbind_undoes(
         make_host):
@@ -245,8 +245,8 @@ def test_time_sliced_vgpus_one_type_at_a_time(make_host):
     [dep] = driver.discover()[0].deployables
     assert 'CUSTOM_VGPU_H200X_70C' not in dep.traits
     assert dep.inventories[MEM]['reserved'] == 8
-    small = type_group('CUSTOM_VGPU_H200X_35C', {vgpu.VGPU: 1, MEM: 2,
-                                                  resources.COMPUTE_SLICE: 1})
+    small = type_group('CUSTOM_VGPU_H200X_35C', {
+        vgpu.VGPU: 1, MEM: 2, resources.COMPUTE_SLICE: 1})
     with pytest.raises(base.PrepareError, match='cannot be placed'):
         bind(driver, '0000:1b:00.6', small, uuid='h-3')
 
@@ -323,7 +323,7 @@ def test_pick_handles_by_kind():
     assert pick(dep, profile_group('h200-whole'), [pf, mig]) == [pf]
 
 
-# vGPU binding, mdev layout (A100 80GB, vGPU <= 16) -------------------------------
+# vGPU binding, mdev layout (A100 80GB, vGPU <= 16) ---------------------------
 
 def test_mdev_layout_binds_asked_type_on_the_vf(make_host):
     host = make_host(vgpu_spec(layout='mdev', model='a100-80gb'))
@@ -351,7 +351,7 @@ def test_mdev_layout_binds_asked_type_on_the_vf(make_host):
     assert gpu_state(host)['gpu_instances'] == []
 
 
-# Nova's devices stay Nova's ---------------------------------------------------
+# Nova's devices stay Nova's --------------------------------------------------
 
 def test_vf_configured_by_someone_else_keeps_the_gpu_out(make_host):
     host = make_host(vgpu_spec())
