@@ -195,14 +195,37 @@ class VgpuSymbols:
         for i, type_id in enumerate(types):
             ids[i] = type_id
 
+    def _running_type(self, type_id):
+        """A type only a running vGPU instance of fake_consumer_telemetry
+        names (a GPU whose spec has no catalog), else None.
+        """
+        from cyborg_emulators.nvidia import fake_consumer_telemetry
+        try:
+            return fake_consumer_telemetry._type(self, type_id)
+        except Exception:
+            return None
+
     def nvmlVgpuTypeGetName(self, type_id, buf, size):
-        name = self._type(type_id).name.encode()
+        try:
+            name = self._type(type_id).name
+        except _Invalid:
+            running = self._running_type(type_id)
+            if running is None:
+                raise
+            name = running['type_name']
+        name = name.encode()
         if len(name) + 1 > _deref(size).value:
             raise _InsufficientSize()
         buf.value = name
 
     def nvmlVgpuTypeGetFramebufferSize(self, type_id, out):
-        _set(out, self._type(type_id).framebuffer_mib << 20)
+        try:
+            _set(out, self._type(type_id).framebuffer_mib << 20)
+        except _Invalid:
+            running = self._running_type(type_id)
+            if running is None:
+                raise
+            _set(out, running['fb_size'])
 
     def nvmlVgpuTypeGetMaxInstances(self, dev, type_id, out):
         self._manager(dev)

@@ -58,11 +58,11 @@ STEPS = [
         (r'"mode": "Compute"', 2)]),
     (r'^openstack accelerator device profile create h200-whole ', [
         (r'\| name  \| h200-whole +\|', 1)]),
-    (r'^openstack accelerator device profile create h200-mig-1g-18gb ', [
-        (r'\| name  \| h200-mig-1g-18gb +\|', 1)]),
+    (r'^openstack accelerator device profile create h200-vgpu-1g-18gb ', [
+        (r'\| name  \| h200-vgpu-1g-18gb +\|', 1)]),
     (r'^openstack accelerator device profile list ', [
         (r'\| h200-whole +\| One whole NVIDIA H200', 1),
-        (r'\| h200-mig-1g-18gb +\| MIG 1g\.18gb', 1)]),
+        (r'\| h200-vgpu-1g-18gb +\| MIG-backed vGPU', 1)]),
     (r'^export PLACEMENT=', []),
     (r'^openstack \$PLACEMENT resource provider list ', [
         (r'\| %s +\| None ' % HOST, 1),
@@ -77,35 +77,37 @@ STEPS = [
         (r'\| OWNER_CYBORG +\|', 1),
         (r'\| CUSTOM_GPU_MODEL_H200 +\|', 1),
         (r'\| CUSTOM_GPU_PASSTHROUGH_CAPABLE +\|', 1),
-        (r'\| CUSTOM_MIG_FIT_1G_18GB +\|', 1)]),
-    (r'^nova-cyborg-flow .* --profile h200-whole$', [
+        (r'\| CUSTOM_GPU_HOST_DATACENTER +\|', 1),
+        (r'\| CUSTOM_GPU_MIG_NON_VM +\|', 1),
+        (r'\| CUSTOM_MIG_FIT_1G_18GB +\|', 1),
+        (r'CUSTOM_VGPU_', 0)]),
+    # A vGPU asks for VGPU: a data-center host has none (empty answer).
+    (r'^openstack \$PLACEMENT --os-placement-api-version 1\.17 allocation '
+     r'candidate list --resource VGPU=1 ', [(r'.', 0)]),
+    (r'^nova-cyborg-flow .* --profile h200-whole --count 2$', [
         (r'^events API: http://127\.0\.0\.1:\d+$', 1),
-        (r'^instance [0-9a-f-]{36} on %s$' % HOST, 1),
-        (re.escape(HOSTDEV_PCI), 1),
-        (r'<address domain="0x0000" bus="0x1b" slot="0x00" '
-         r'function="0x0" />', 1),
-        (r'  Bound  h200-whole  0 +%s .*PCI 0000:1b:00\.0$' % HOST, 1)]),
-    (r'^nova-cyborg-flow .* --profile h200-mig-1g-18gb --count 2$', [
         (r'^instance [0-9a-f-]{36} on %s$' % HOST, 2),
         (re.escape(HOSTDEV_PCI), 2),
-        (r'<address domain="0x0000" bus="0x43" ', 2),
-        (r'  Bound  h200-mig-1g-18gb  0 +%s .*PCI 0000:43:00\.\d+$' % HOST,
-         2),
+        (r'<address domain="0x0000" bus="0x1b" slot="0x00" '
+         r'function="0x0" />', 1),
+        (r'<address domain="0x0000" bus="0x43" slot="0x00" '
+         r'function="0x0" />', 1),
+        (r'  Bound  h200-whole  0 +%s .*PCI 0000:(1b|43):00\.0$' % HOST, 2),
         ('boot failed', 0)]),
     (r'^openstack accelerator arq list -c ', [
-        (r'\| Bound \| h200-whole +\|', 1),
-        (r'\| Bound \| h200-mig-1g-18gb +\|', 2)]),
+        (r'\| Bound \| h200-whole +\|', 2)]),
     (r"^curl .*accelerator 2\.4.*/v2/devices ", [
-        (r'"phase": "Passthrough"', 1), (r'"phase": "Ready"', 1),
+        (r'"phase": "Passthrough"', 2),
         (r'"management_state": "Managed"', 2)]),
     (r'^curl -s http://127\.0\.0\.1:9740/metrics ', [
-        (r'^cyborg_gpu_mig_instances\{device="0000:43:00\.0",.*'
-         r'profile="1g\.18gb".*\} 2\.0$', 1),
+        (r'^cyborg_gpu_mig_instances\{.*\} [1-9]', 0),
         (r'^cyborg_device_phase\{device="0000:1b:00\.0",.*'
+         r'phase="Passthrough".*\} 1\.0$', 1),
+        (r'^cyborg_device_phase\{device="0000:43:00\.0",.*'
          r'phase="Passthrough".*\} 1\.0$', 1),
         (r'^cyborg_device_management_state\{.*state="Managed".*\} 1\.0$',
          2)]),
-    (r'^nova-cyborg-flow .*/--delete /', [(r'^deleted [0-9a-f-]{36}$', 3)]),
+    (r'^nova-cyborg-flow .*/--delete /', [(r'^deleted [0-9a-f-]{36}$', 2)]),
     (r'^openstack accelerator arq list$', [(r'.', 0)]),
 ]
 
