@@ -172,7 +172,7 @@ def test_every_enum_value_accepted(database):
     for t in ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD'):
         seed.device(type=t, status='maintaining')
     deployable = seed.deployable()
-    for a in ('PCI', 'MDEV', 'TEST_PCI'):
+    for a in seed.models.ATTACH_TYPES:
         seed.attach_handle(deployable, attach_type=a)
     (arq,) = seed.arq_requests(1)
     for state in seed.models.ARQ_STATES:
