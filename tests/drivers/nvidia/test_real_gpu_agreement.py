@@ -69,6 +69,11 @@ def test_host_check_tool_is_read_only(tmp_path, capsys):
 
 
 HEALTH = os.path.join(os.path.dirname(FIXTURE), 'h200-real-health-check.json')
+# Telemetry fields read since that capture was taken (for the DCGM-named
+# metrics): `memory_free` is memory info v2's `free`, which the NVML capture
+# has; `minor` (nvmlDeviceGetMinorNumber) is not in any capture yet, so the
+# fake's answer is checked only for being there. Re-capture on a lent GPU.
+ADDED_SINCE_CAPTURE = {'memory_free', 'minor'}
 
 
 def test_fake_h200_telemetry_and_health_read_like_the_real_one(tmp_path):
@@ -90,7 +95,8 @@ def test_fake_h200_telemetry_and_health_read_like_the_real_one(tmp_path):
         probe = backend.health_probe(gpu.uuid)
         backend.create_event_set()
         mask = backend.register_events(gpu.uuid)
-    assert set(telemetry) == set(real['telemetry'])
+    assert set(telemetry) - ADDED_SINCE_CAPTURE == set(real['telemetry'])
+    assert all(telemetry[k] is not None for k in ADDED_SINCE_CAPTURE)
     assert {k for k, v in telemetry.items() if v is None} == \
         {k for k, v in real['telemetry'].items() if v is None}
     assert probe == real['probe']
