@@ -13,7 +13,8 @@ Modules, in the order a boot uses them:
   conductor  – create ARQs, match them to providers, bind in one PATCH
   events     – POST /os-server-external-events and the event waiters
   compute    – wait for the binding, clean up ARQs
-  libvirt    – attach handles → <hostdev> elements
+  libvirt    – attach handles → <hostdev> elements (or a refusal)
+  mdev       – create/remove the mdevs of MDEV attach handles
   flow       – all of the above as one boot/delete, and its CLI
               (nova-cyborg-flow)
 cyborg-aio's demo, built on flow, lives in cyborg_aio.demo.

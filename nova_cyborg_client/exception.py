@@ -55,3 +55,29 @@ class InstanceEventTimeout(Exception):
 
 class RequestGroupSuffixConflict(NovaException):
     msg_fmt = 'Duplicate request group suffix %(suffix)s.'
+
+
+class AttachHandleNotWirable(NovaException):
+    """Bound ARQs whose attach handles cannot become guest devices.
+
+    Nova logs and drops such ARQs (the guest boots without them); here the
+    build fails instead, naming every ARQ and why.
+    """
+
+    msg_fmt = ('Cannot give the guest its accelerators: %(reasons)s')
+
+    def __init__(self, problems):
+        # problems: [(arq uuid, attach handle type, reason)]
+        self.problems = list(problems)
+        super().__init__(reasons='; '.join(
+            'ARQ %s (attach handle type %s): %s' % (arq, handle_type, reason)
+            for arq, handle_type, reason in self.problems))
+
+
+class MdevCreationFailed(NovaException):
+    msg_fmt = ('Cannot create mdev %(uuid)s of type %(mdev_type)s on '
+               '%(parent)s: %(reason)s')
+
+
+class MdevRemovalFailed(NovaException):
+    msg_fmt = 'Cannot remove mdev %(uuid)s from %(parent)s: %(reason)s'

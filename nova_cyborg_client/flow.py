@@ -5,10 +5,12 @@ compute do for accelerators, against a real accelerator API and Placement.
 Boot: flavor → device profile request groups → GET /allocation_candidates →
 claim the first candidate that Placement accepts → instance on that host
 (the compute node provider's name) → create ARQs and match them to the
-allocated providers → bind in one PATCH → wait for the events → <hostdev>s.
-Every failure ends in FlowError with Nova's message and leaves no ARQ and
-no allocation behind (the instance is deleted, as a user would delete an
-instance in ERROR).
+allocated providers → bind in one PATCH → wait for the events → every
+handle wired (libvirt.GuestDevices; a handle that cannot be is refused),
+the mdevs of MDEV handles created (mdev.MdevCreator) → <hostdev>s.
+Every failure ends in FlowError with Nova's message and leaves no ARQ, no
+allocation and no mdev behind (the instance is deleted, as a user would
+delete an instance in ERROR).
 
 The process must be the Nova the service notifies: its [nova] endpoint
 points at this process's events API (events.Receiver served by
@@ -38,6 +40,7 @@ from nova_cyborg_client import cyborg
 from nova_cyborg_client import events as nova_events
 from nova_cyborg_client import exception
 from nova_cyborg_client import libvirt
+from nova_cyborg_client import mdev as nova_mdev
 from nova_cyborg_client import placement as nova_placement
 from nova_cyborg_client import scheduler
 from nova_cyborg_client import server as nova_server
@@ -61,15 +64,18 @@ class FlowError(Exception):
 
 
 class BootResult:
-    def __init__(self, instance, arqs, provider_mapping):
+    def __init__(self, instance, arqs, provider_mapping, guest):
         self.instance = instance
         self.arqs = arqs
         self.provider_mapping = provider_mapping
-        self.hostdevs = libvirt.guest_hostdevs(instance.uuid, arqs)
+        # libvirt.GuestDevices: its mdevs exist now.
+        self.guest = guest
+        self.hostdevs = guest.hostdevs
+        self.mdevs = guest.mdevs
 
     @property
     def devices_xml(self):
-        return libvirt.devices_xml(self.instance.uuid, self.arqs)
+        return self.guest.xml
 
 
 def describe_failure(exc):
@@ -91,8 +97,12 @@ class FlowRunner:
     """
 
     def __init__(self, receiver, context=None, conf=None,
-                 binding_timeout=None, placement_context=None):
+                 binding_timeout=None, placement_context=None,
+                 mdev_creator=None):
         self.receiver = receiver
+        # Creates the mdevs of MDEV attach handles (Nova's _create_mdev)
+        # and removes them at delete.
+        self.mdev_creator = mdev_creator or nova_mdev.SysfsMdevCreator()
         self.context = context or nova_context.RequestContext()
         # Nova's scheduler and report client call Placement as Nova's
         # service user, not with the user's token; without Keystone both
@@ -156,7 +166,34 @@ class FlowRunner:
         arqs = compute.build_accel_info(
             self.context, instance, accel_uuids,
             self.receiver.instance_events, timeout=self.binding_timeout)
-        return BootResult(instance, arqs, rg_rp_map)
+        return BootResult(instance, arqs, rg_rp_map, self._spawn(instance,
+                                                                 arqs))
+
+    def _spawn(self, instance, arqs):
+        """What the libvirt driver does before the guest starts: every ARQ
+        wired (AttachHandleNotWirable if one cannot be), the mdevs of MDEV
+        handles created. On failure boot() deletes the instance, which
+        removes the mdevs created so far.
+        """
+        guest = libvirt.GuestDevices(instance.uuid, arqs)
+        for mdev in guest.mdevs:
+            self.mdev_creator.create(mdev)
+        return guest
+
+    def _remove_mdevs(self, instance_uuid):
+        try:
+            arqs = cyborg.get_client(self.context).get_arqs_for_instance(
+                instance_uuid)
+        except exception.AcceleratorRequestOpFailed as e:
+            LOG.debug('No ARQs, so no mdevs, for instance %s: %s',
+                      instance_uuid, e)
+            return
+        for mdev in libvirt.mdevs_of(arqs):
+            try:
+                self.mdev_creator.remove(mdev)
+            except Exception:
+                LOG.exception('Removing mdev %s of instance %s failed',
+                              mdev.uuid, instance_uuid)
 
     @staticmethod
     def _host_of(placement, allocation_request, summaries):
@@ -166,9 +203,11 @@ class FlowRunner:
         return placement.get_provider(root)['name']
 
     def delete(self, instance_uuid, flavor=None):
-        """Delete the instance's ARQs (by instance), then its allocations,
-        then forget it. Errors are logged: a delete goes as far as it can.
+        """Remove the mdevs of its MDEV handles (the guest is gone), delete
+        the instance's ARQs (by instance), then its allocations, then
+        forget it. Errors are logged: a delete goes as far as it can.
         """
+        self._remove_mdevs(instance_uuid)
         try:
             if flavor is None:
                 # Flavor unknown: by instance anyway (idempotent).
@@ -193,13 +232,20 @@ class FlowRunner:
 
 def _handle(arq):
     info = arq.get('attach_handle_info') or {}
-    if arq.get('attach_handle_type') == libvirt.MDEV:
-        return 'MDEV %s' % arq.get('attach_handle_uuid')
-    if {'domain', 'bus', 'device', 'function'} <= set(info):
-        return '%s %s:%s:%s.%s' % (arq.get('attach_handle_type'),
-                                   info['domain'], info['bus'],
-                                   info['device'], info['function'])
-    return arq.get('attach_handle_type') or '-'
+    handle_type = arq.get('attach_handle_type') or '-'
+    try:
+        address = libvirt.sysfs_address(info)
+    except Exception:
+        return handle_type
+    if handle_type == libvirt.MDEV:
+        return 'MDEV %s on %s, mdev %s' % (
+            info.get('asked_type'), address, arq.get('attach_handle_uuid'))
+    text = '%s %s' % (handle_type, address)
+    if str(info.get('managed', '')).lower() in ('no', 'false'):
+        text += ' managed=no'
+    if info.get('vgpu_type'):
+        text += ' vgpu_type %s' % info['vgpu_type']
+    return text
 
 
 def arq_table(arqs):
@@ -280,6 +326,12 @@ def _parser():
                         default=nova_conf.CONF.arq_binding_timeout,
                         help='arq_binding_timeout, seconds (default: '
                              '%(default)s).')
+    parser.add_argument('--sysfs-root', default='/sys',
+                        help='sysfs where the mdevs of MDEV attach handles '
+                             'are created and removed, as Nova does '
+                             '(default: %(default)s, which needs root; '
+                             'cyborg-aio\'s fake tree is STATE_DIR/'
+                             'fake-sysfs).')
     parser.add_argument('--cleanup', action='store_true',
                         help='Delete the booted instances before exiting.')
     parser.add_argument('--verbose', action='store_true',
@@ -336,7 +388,9 @@ def main(argv=None):
         if not (args.delete or args.profile):
             return 0
     receiver = nova_events.Receiver()
-    runner = FlowRunner(receiver, context, binding_timeout=args.timeout)
+    runner = FlowRunner(
+        receiver, context, binding_timeout=args.timeout,
+        mdev_creator=nova_mdev.SysfsMdevCreator(args.sysfs_root))
     if args.delete:
         for instance_uuid in args.delete:
             runner.delete(instance_uuid)
