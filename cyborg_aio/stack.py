@@ -111,6 +111,9 @@ class EmbeddedStack:
             group='nvidia')
         conf.set_override('mps_root', os.path.join(self.state_dir, 'mps'),
                           group='nvidia')
+        # The nvidia driver reports these GPUs: Cyborg-style PGPU/VGPU
+        # profiles are translated (a config file may still say off).
+        conf.set_default('gpu_profile_compat', 'nvidia', group='api')
 
     def _point_at_nova(self):
         """[nova] → the events API of nova_cyborg_client, served in this

@@ -26,11 +26,18 @@ class PlacementClient:
             default_microversion=scheduler.PLACEMENT_MICROVERSION)
 
     def get_allocation_candidates(self, resource_request):
-        """(allocation_requests, provider_summaries) for the query."""
+        """(allocation_requests, provider_summaries) for the query; none
+        when Placement refuses the query (e.g. 400 for a trait no provider
+        ever had), logged as Nova's report client does, which then makes
+        the scheduler answer NoValidHost.
+        """
         url = '/allocation_candidates?' + resource_request.to_querystring()
         resp = self._client.get(url)
         if resp.status_code != 200:
-            raise PlacementError('GET %s' % url, resp)
+            LOG.error('Failed to retrieve allocation candidates from '
+                      'placement API for filters: %s\nGot %d: %s.',
+                      url, resp.status_code, resp.text[:500])
+            return [], {}
         body = resp.json()
         return body['allocation_requests'], body['provider_summaries']
 

@@ -56,6 +56,22 @@ api_opts = [
                     'pipeline (e.g. /etc/cyborg/api-paste.ini); its '
                     'cyborg-api section is served. Unset: the same '
                     'pipeline is built in code.'),
+    cfg.StrOpt('gpu_profile_compat', default='off',
+               choices=[('off', 'Store device profiles as sent.'),
+                        ('nvidia',
+                         'Translate Cyborg-style NVIDIA groups at profile '
+                         'creation: resources:PGPU=1 with '
+                         'trait:CUSTOM_NVIDIA_<product id>, and '
+                         'resources:VGPU=1 with '
+                         'trait:CUSTOM_NVIDIA_<product id>_<vGPU type>, '
+                         'become the nvidia driver\'s whole-GPU and vGPU '
+                         'groups (the group as sent is kept in '
+                         'accel:cyborg_group).')],
+               help='Device profiles written for Cyborg\'s GPU driver, '
+                    'for a cloud whose NVIDIA GPUs the nvidia driver '
+                    'reports. Leave off where GPUs are reported as PGPU '
+                    '(the fake or pci driver). See "Compatibility with '
+                    'Cyborg profiles" in the API reference.'),
     cfg.BoolOpt('metrics_enabled', default=True,
                 help='Serve Prometheus metrics (request counts and '
                      'latencies, ARQs by state) at GET /metrics. The '

@@ -112,8 +112,17 @@ class KeystoneFixture(APIFixture):
                    'http://keystone.example.org/identity'}
 
 
+class CyborgProfilesFixture(APIFixture):
+    """[api] gpu_profile_compat = nvidia: Cyborg-style NVIDIA GPU groups
+    are translated at profile creation.
+    """
+
+    options = {**_NOAUTH, ('api', 'gpu_profile_compat'): 'nvidia'}
+
+
 def for_backend(backend):
     """The fixture classes, bound to `backend`, as a module-like namespace."""
     return types.SimpleNamespace(**{
         cls.__name__: type(cls.__name__, (cls,), {'backend': backend})
-        for cls in (APIFixture, InventoryFixture, KeystoneFixture)})
+        for cls in (APIFixture, InventoryFixture, KeystoneFixture,
+                    CyborgProfilesFixture)})

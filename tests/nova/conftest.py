@@ -125,7 +125,7 @@ class Stack:
     """
 
     def __init__(self, tmp_path, node, nova_endpoint=None, config_extra='',
-                 extra_args=()):
+                 extra_args=(), host_spec=HOST_SPEC):
         self.node = node
         self.nova = None
         if nova_endpoint is None:
@@ -136,7 +136,7 @@ class Stack:
         try:
             self.aio = harness_aio.Aio(
                 tmp_path, state_dir=tmp_path / 'state', config_file=config,
-                nova_endpoint=nova_endpoint, host_spec=HOST_SPEC,
+                nova_endpoint=nova_endpoint, host_spec=host_spec,
                 extra_args=extra_args, timeout=START_TIMEOUT)
         except BaseException:
             if self.nova is not None:

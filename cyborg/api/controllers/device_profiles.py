@@ -7,6 +7,7 @@ from oslo_utils import uuidutils
 import pecan
 
 from cyborg.api.controllers import base
+from cyborg.api import profile_compat
 from cyborg.api.schemas import device_profiles as schema
 from cyborg.common import exception
 from cyborg.db import device_profiles as db
@@ -155,7 +156,7 @@ class DeviceProfilesController:
             raise exception.Invalid('Only one device profile allowed per '
                                     'POST request for now.')
         profile = body[0]
-        groups = validate(profile)
+        groups = profile_compat.translate_groups(validate(profile))
         dp = db.create(uuid=profile.get('uuid') or uuidutils.generate_uuid(),
                        name=profile['name'], groups=groups,
                        description=profile.get('description'))
