@@ -9,7 +9,7 @@ when the instance is deleted. Nova goes through libvirt's node-device API
 (`_create_mdev`: nodedev create, define, autostart: a persistent mdev);
 here it is an explicit step of the flow behind `MdevCreator`, whose sysfs
 implementation uses the kernel's interface directly
-(Documentation/driver-api/vfio-mediated-device.rst):
+(Documentation/ABI/testing/sysfs-bus-vfio-mdev):
 
   create: write the UUID to
           <sysfs>/bus/pci/devices/<parent>/mdev_supported_types/<type>/create

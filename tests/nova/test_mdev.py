@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The sysfs mdev creator against a sysfs tree laid out as the kernel's
-mdev interface has it (Documentation/driver-api/vfio-mediated-device.rst:
+mdev interface has it (Documentation/ABI/testing/sysfs-bus-vfio-mdev:
 <parent>/mdev_supported_types/<type>/{create,name,available_instances};
 an mdev appears as <parent>/<uuid>/ with a write-only `remove`; NVIDIA's
 legacy vGPU host puts the types on each VF, kayobe's vGPU guide).
