@@ -15,10 +15,12 @@ from keystoneauth1 import loading as ks_loading
 from oslo_log import log
 import requests
 
+from cyborg import conf as cyborg_conf
 from cyborg import data
 from nova_cyborg_client import conf as nova_conf
 from nova_cyborg_client import context as nova_context
 from nova_cyborg_client import flow
+from nova_cyborg_client import mdev
 from nova_cyborg_client import scheduler
 
 LOG = log.getLogger(__name__)
@@ -171,8 +173,11 @@ def run(receiver, api_url, placement_url, out, conf=None,
     conf = conf or nova_conf.CONF
     flow.configure(conf, api_url, placement_url)
     context = nova_context.RequestContext()
-    runner = flow.FlowRunner(receiver, context, conf,
-                             binding_timeout=binding_timeout)
+    # Nova's libvirt driver makes the mdevs of MDEV handles on this host:
+    # the sysfs the agent's nvidia driver reads (the fake host's tree).
+    runner = flow.FlowRunner(
+        receiver, context, conf, binding_timeout=binding_timeout,
+        mdev_creator=mdev.SysfsMdevCreator(cyborg_conf.CONF.nvidia.sysfs_root))
 
     def say(text=''):
         print(text, file=out, flush=True)
