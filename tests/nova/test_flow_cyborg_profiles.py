@@ -73,12 +73,15 @@ def test_cyborg_pgpu_profile_boots_a_whole_h200(stack):
             'CUSTOM_GPU_OFA': 1}
         [arq] = result.arqs
         assert (arq['state'], arq['attach_handle_type']) == ('Bound', 'PCI')
-        # The PF of the GPU without VFs (whole-GPU passthrough's gate).
-        assert arq['attach_handle_info']['bus'] == '1b'
+        info = arq['attach_handle_info']
+        # A GPU's PF (a GPU with VFs never goes whole to a VM).
+        assert info['function'] == '0'
         [hostdev] = result.hostdevs
         assert hostdev.attrib == {'mode': 'subsystem', 'type': 'pci',
                                   'managed': 'yes'}
-        assert hostdev.find('source/address').get('bus') == '0x1b'
+        assert hostdev.find('source/address').attrib == {
+            'domain': '0x' + info['domain'], 'bus': '0x' + info['bus'],
+            'slot': '0x' + info['device'], 'function': '0x0'}
     finally:
         runner.delete(instance)
 
