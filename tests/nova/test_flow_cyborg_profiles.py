@@ -17,7 +17,7 @@ from nova_cyborg_client import flow
 from nova_cyborg_client import scheduler
 from tests.nova import conftest
 
-HOST = data.fake_host('h200x2')
+HOST = data.fake_host('h200-dc')
 WHOLE_H200 = [{'resources:PGPU': '1',
                'trait:CUSTOM_NVIDIA_2335': 'required'}]
 VGPU_1G = [{'resources:VGPU': '1',
