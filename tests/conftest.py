@@ -5,8 +5,20 @@ import pytest
 
 from cyborg.conf import CONF
 from cyborg.conf import opts
+from cyborg.drivers.nvidia import privileged
 from cyborg import policy
 from tests import dbs
+
+
+@pytest.fixture(autouse=True)
+def _privsep_in_process():
+    """The privsep entrypoints run in the test's process, unprivileged,
+    against the fakes (as Nova's PrivsepFixture and oslo.privsep's
+    in-process mode do); tests that start a real daemon set it back.
+    """
+    privileged.context.set_client_mode(False)
+    yield
+    privileged.context.set_client_mode(False)
 
 
 @pytest.fixture(autouse=True)

@@ -82,7 +82,9 @@ class AgentManager:
         self._in_use = None
         self._excluded = set()
         self._reclaims = {}           # cpid key → when it was asked for
-        self._reclaim_results = {}    # cpid key → last Reclaim condition
+        self._resets = {}             # cpid key → when it was asked for
+        # (action, cpid key) → the last Reclaim or Reset condition
+        self._reclaim_results = {}
         self._unowned_since = {}      # cpid key → orphan timer start
         self._states = {}             # cpid key → (phase, state) last seen
         self.clock = time.monotonic
@@ -215,8 +217,10 @@ class AgentManager:
                 unowned_since=self._unowned_since.get(key)), now)
             if since is not None:
                 timers[key] = since
-            if key in self._reclaim_results:
-                device.conditions.append(self._reclaim_results[key])
+            for action in ('reclaim', 'reset'):
+                if (action, key) in self._reclaim_results:
+                    device.conditions.append(
+                        self._reclaim_results[(action, key)])
             self._log_transition(device)
         self._unowned_since = timers
         return devices
@@ -246,6 +250,7 @@ class AgentManager:
         self._in_use, self._excluded = in_use, excluded
         self.last_in_use = in_use
         self._reclaims = dict(result.get('reclaim', {}))
+        self._resets = dict(result.get('reset', {}))
         changed = self.pools.set_requested(result.get('share', {})) \
             or changed
         changed = self._set_share_modes(devices) or changed
@@ -274,38 +279,56 @@ class AgentManager:
         return changed
 
     def _reclaim(self, devices):
-        """Carry out admitted reclaim requests, fail-closed: the device
-        must be Orphaned now, no binding may hold it, Placement must show
-        no allocation on its providers, and its driver must agree. True
-        when an outcome changed (it goes into the device's conditions).
+        """Carry out admitted reclaim and reset requests, fail-closed: the
+        device must be Orphaned (reclaim) or Failed/Lost (reset) now, no
+        binding may hold it, Placement must show no allocation on its
+        providers, and its driver must find nothing using it. True when
+        an outcome changed (it goes into the device's conditions, type
+        Reclaim or Reset).
         """
         acted = False
         for device in devices:
-            requested = self._reclaims.get(device.cpid_key)
-            if requested is None:
-                continue
-            last = self._reclaim_results.get(device.cpid_key, {})
-            if last.get('requested_at') == requested and \
-                    last.get('reason') != 'Held':
-                continue       # done; the conductor clears the request
-            status, reason, message = self._try_reclaim(device)
-            result = dict(lifecycle.condition('Reclaim', status, reason,
-                                              message),
-                          requested_at=requested)
-            acted = acted or result != last
-            self._reclaim_results[device.cpid_key] = result
+            for action, requests in (('reclaim', self._reclaims),
+                                     ('reset', self._resets)):
+                requested = requests.get(device.cpid_key)
+                if requested is None:
+                    continue
+                key = (action, device.cpid_key)
+                last = self._reclaim_results.get(key, {})
+                if last.get('requested_at') == requested and \
+                        last.get('reason') != 'Held':
+                    continue   # done; the conductor clears the request
+                status, reason, message = self._try_reclaim(device, action)
+                result = dict(lifecycle.condition(
+                    action.capitalize(), status, reason, message),
+                    requested_at=requested)
+                acted = acted or result != last
+                self._reclaim_results[key] = result
         return acted
 
-    def _try_reclaim(self, device):
+    def _gate(self, device, action):
+        """Why the device's state does not allow `action`, or None; a
+        (status, reason, message) for a request to hold.
+        """
+        if action == 'reset':
+            if device.phase not in ('Failed', 'Lost'):
+                return ('False', 'Refused', 'the device is %s, not Failed '
+                        'or Lost' % device.phase)
+            return None
         state = device.management_state
         if state == 'Unknown' and any(
                 c['reason'] == 'OrphanPending' for c in device.conditions):
-            return ('Unknown', 'Held',
-                    'held until the orphan wait ends')
+            return ('Unknown', 'Held', 'held until the orphan wait ends')
         if state != 'Orphaned':
             return ('False', 'Refused',
                     'the device is %s, not Orphaned' % state)
-        if self._claimed(device):
+        return None
+
+    def _try_reclaim(self, device, action='reclaim'):
+        refused = self._gate(device, action)
+        if refused:
+            return refused
+        if self._claimed(device) is not False:
             return 'False', 'Refused', 'a binding holds the device'
         try:
             for dep in device.deployables:
@@ -323,10 +346,16 @@ class AgentManager:
             done = drv.reclaim(dep.name)
         except base.Unsupported as e:
             return 'False', 'Refused', str(e)
+        except base.Busy as e:
+            LOG.warning('Not %sing %s: %s', action, dep.name, e)
+            return ('False', 'Refused' if e.reason == 'Busy' else e.reason,
+                    str(e))
         except Exception as e:
-            LOG.warning('Reclaiming %s failed: %s', dep.name, e)
+            LOG.warning('%s of %s failed: %s', action.capitalize(),
+                        dep.name, e)
             return 'False', 'Failed', str(e)
-        LOG.info('Reclaimed device %s: %s', dep.name, done)
+        LOG.info('%s device %s: %s', 'Reclaimed' if action == 'reclaim'
+                 else 'Reset', dep.name, done)
         self._unowned_since.pop(device.cpid_key, None)
         return 'True', 'Succeeded', done
 

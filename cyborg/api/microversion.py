@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Accelerator API microversions (2.0–2.5), negotiated per request.
+"""Accelerator API microversions (2.0–2.6), negotiated per request.
 
 History: 2.1 `/project_id` in a bind patch; 2.2 device profile GET by name;
 2.3 device `status`; 2.4 (ours, beyond Cyborg) device lifecycle: `phase`,
 `driver`, `mode`, `management_state`, `conditions`, and the admin actions
-exclude, include and reclaim; 2.5 (ours) the ARQ's `state_reason`. No
-header means 2.0, as in Cyborg.
+exclude, include and reclaim; 2.5 (ours) the ARQ's `state_reason`; 2.6
+(ours) the device `reset` action. No header means 2.0, as in Cyborg.
 """
 
 import microversion_parse
@@ -15,7 +15,7 @@ from cyborg.common import exception
 
 SERVICE_TYPE = 'accelerator'
 MIN_VERSION = (2, 0)
-MAX_VERSION = (2, 5)
+MAX_VERSION = (2, 6)
 ENVIRON_KEY = 'cyborg.microversion'
 HEADER = 'OpenStack-API-Version'
 _RANGE = '[%d.%d, %d.%d]' % (MIN_VERSION + MAX_VERSION)

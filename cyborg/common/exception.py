@@ -74,6 +74,11 @@ class NotReclaimable(Conflict):
                'is held until it ends).')
 
 
+class NotResettable(Conflict):
+    msg_fmt = ('Device %(uuid)s is %(state)s; only a Failed or Lost device '
+               'that no binding holds can be reset.')
+
+
 class Locked(CyborgException):
     code = 423
     msg_fmt = ('Accelerator requests of instance %(instance)s are not '

@@ -50,6 +50,9 @@ class ConductorManager:
                 'reclaim': {k: s['reclaim_requested_at']
                             for k, s in states.items()
                             if s['reclaim_requested_at']},
+                'reset': {k: s['reset_requested_at']
+                          for k, s in states.items()
+                          if s['reset_requested_at']},
                 'share': {k: s['share'] for k, s in states.items()
                           if s['share']},
                 'in_use': host_inventory.in_use_handles(hostname)}

@@ -67,7 +67,35 @@ nvidia_opts = [
                      'else\'s until it has had no claim for 2 minutes, then '
                      'Orphaned, and an admin reclaims it.'),
     cfg.StrOpt('passthrough_driver', default='vfio-pci',
-               help='Kernel driver a GPU must be bound to for passthrough.'),
+               help='Kernel driver a GPU must be bound to for passthrough '
+                    '(products not listed in passthrough_drivers).'),
+    cfg.DictOpt('passthrough_drivers',
+                # The nvgrace-gpu VFIO variant driver's PCI id table
+                # (Linux drivers/vfio/pci/nvgrace-gpu/main.c): GH200 120GB
+                # 0x2342 and 480GB 0x2345.
+                default={'2342': 'nvgrace-gpu-vfio-pci',
+                         '2345': 'nvgrace-gpu-vfio-pci'},
+                help='VFIO driver per GPU product (PCI device id, 4 hex '
+                     'digits: driver) for products that need a VFIO '
+                     'variant driver instead of passthrough_driver.'),
+    cfg.FloatOpt('rebind_timeout', default=30.0, min=0.1,
+                 help='Seconds one sysfs driver write (unbind, probe, '
+                      'reset) may take. The nvidia driver\'s unbind waits '
+                      'until nothing holds the GPU; past this the bind '
+                      'fails with that reason (the kernel may still finish '
+                      'the unbind later, leaving the GPU with no driver).'),
+    cfg.StrOpt('procfs_root', default='/proc',
+               help='Root of procfs, scanned (through privsep) for '
+                    'processes holding a GPU\'s VFIO group open before a '
+                    'reclaim or reset (tests point it at a fake tree).'),
+    cfg.ListOpt('reset_xids',
+                default=['48', '62', '64', '74', '79', '95', '109', '119',
+                         '120'],
+                help='XIDs whose catalog action is a GPU reset (NVIDIA XID '
+                     'catalog, immediate action RESET_GPU): a GPU that '
+                     'reported one stays Failed until an admin resets it '
+                     '(POST /v2/devices/{uuid}/reset); other fatal XIDs '
+                     'clear after health_recovery_after quiet seconds.'),
     cfg.BoolOpt('enable_mig_on_demand', default=True,
                 help='Turn MIG mode on for an idle GPU when the first MIG '
                      'instance is asked for (Hopper and later apply it at '
@@ -79,8 +107,9 @@ nvidia_opts = [
                      'Failed (fenced), a GPU off the bus Lost.'),
     cfg.FloatOpt('health_recovery_after', default=300.0, min=0,
                  help='Seconds without a new fatal error, with healthy '
-                      'probes, after which a Failed GPU is Ready again '
-                      '(an admin reclaim clears it at once).'),
+                      'probes, after which a GPU Failed by an XID outside '
+                      'reset_xids is Ready again (an admin reset clears '
+                      'any fault at once).'),
     cfg.StrOpt('geometry_cache',
                help='JSON file remembering each GPU\'s MIG geometry, so a '
                     'GPU handed to vfio-pci (invisible to NVML) keeps its '

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Device reads and what operators ask of devices: maintenance,
-exclusion, reclaim."""
+exclusion, reclaim, reset."""
 
 import json
 
@@ -11,6 +11,8 @@ from cyborg.db import api
 from cyborg.db import models
 
 DEVICE = models.Device.__table__
+DEPLOYABLE = models.Deployable.__table__
+HANDLE = models.AttachHandle.__table__
 
 
 def list_(type=None, vendor=None, hostname=None, limit=None, marker=None):
@@ -91,6 +93,40 @@ def request_reclaim(uuid, now=None):
         if row['reclaim_requested_at'] is None:
             session.execute(DEVICE.update().where(DEVICE.c.id == row['id'])
                             .values(reclaim_requested_at=(
+                                now or models.utcnow()).replace(
+                                    microsecond=0)))
+        return row
+
+
+RESETTABLE_PHASES = ('Failed', 'Lost')
+
+
+def _claimed(session, device_id):
+    return session.execute(
+        sa.select(HANDLE.c.id).where(HANDLE.c.in_use.is_(True))
+        .where(HANDLE.c.deployable_id.in_(
+            sa.select(DEPLOYABLE.c.id).where(
+                DEPLOYABLE.c.device_id == device_id)))
+        .limit(1)).first() is not None
+
+
+def request_reset(uuid, now=None):
+    """Admit a reset request: for a Failed or Lost device that no binding
+    holds; refused naming the state otherwise. A repeated request keeps
+    the first one's time.
+    """
+    with api.writer() as session:
+        row = _locked(session, uuid)
+        if row['phase'] not in RESETTABLE_PHASES:
+            raise exception.NotResettable(uuid=uuid,
+                                          state=row['phase'] or 'Ready')
+        if row['management_state'] == 'Managed' or _claimed(session,
+                                                             row['id']):
+            raise exception.NotResettable(
+                uuid=uuid, state='%s and claimed' % row['phase'])
+        if row['reset_requested_at'] is None:
+            session.execute(DEVICE.update().where(DEVICE.c.id == row['id'])
+                            .values(reset_requested_at=(
                                 now or models.utcnow()).replace(
                                     microsecond=0)))
         return row

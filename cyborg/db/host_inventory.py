@@ -120,7 +120,8 @@ def apply_report(hostname, devices):
     """Make the DB rows of `hostname` match `devices` ([records.Device]).
 
     Returns (number of write statements, {cpid_key: what operators asked
-    of the device: status, excluded, reclaim_requested_at}).
+    of the device: status, excluded, reclaim_requested_at,
+    reset_requested_at, share}).
     """
     with api.writer() as session:
         current = _load(session, hostname)
@@ -148,6 +149,7 @@ def _operator_state(row):
     return {'status': row.get('status', 'enabled'),
             'excluded': bool(row.get('excluded')),
             'reclaim_requested_at': requested_at(row),
+            'reset_requested_at': requested_at(row, 'reset'),
             'share': ({'mode': row['share_mode'],
                        'slots': row.get('share_slots') or 10}
                       if row.get('share_mode') not in (None, 'none')
@@ -204,18 +206,23 @@ def _add_deployables(session, writes, device_id, cpid_id, deps):
     writes.run(session, HANDLE.insert(), handles)
 
 
-def requested_at(row):
-    """A device's pending reclaim request as the agent echoes it back."""
-    value = row.get('reclaim_requested_at')
+def requested_at(row, action='reclaim'):
+    """A device's pending reclaim (or reset) request as the agent echoes
+    it back.
+    """
+    value = row.get(action + '_requested_at')
     return value.isoformat() if value is not None else None
 
 
-def _reclaim_answered(device, conditions):
-    """The agent reported an outcome for the pending reclaim request."""
-    pending = requested_at(device)
+def _answered(device, conditions, action):
+    """The agent reported an outcome for the pending reclaim or reset
+    request (a condition of type Reclaim or Reset).
+    """
+    pending = requested_at(device, action)
     if pending is None or not conditions:
         return False
-    return any(c.get('type') == 'Reclaim' and c.get('reason') != 'Held'
+    return any(c.get('type') == action.capitalize()
+               and c.get('reason') != 'Held'
                and c.get('requested_at') == pending
                for c in json.loads(conditions))
 
@@ -223,9 +230,10 @@ def _reclaim_answered(device, conditions):
 def _update_device(session, writes, current, fields, deps):
     device = current['device']
     changed = {k: v for k, v in fields.items() if device[k] != v}
-    if _reclaim_answered(device, fields['conditions']):
-        changed['reclaim_requested_at'] = None
-        device['reclaim_requested_at'] = None
+    for action in ('reclaim', 'reset'):
+        if _answered(device, fields['conditions'], action):
+            changed[action + '_requested_at'] = None
+            device[action + '_requested_at'] = None
     if changed:
         writes.run(session, DEVICE.update().where(
             DEVICE.c.id == device['id']).values(**changed))

@@ -71,6 +71,7 @@ class Device(_Common, Base):
     conditions = sa.Column(sa.Text)
     excluded = sa.Column(sa.Boolean, nullable=False, default=False)
     reclaim_requested_at = sa.Column(sa.DateTime)
+    reset_requested_at = sa.Column(sa.DateTime)
     # Sharing by capacity the operator asked for (its agent sets it up).
     share_mode = sa.Column(_enum(SHARE_MODES, 'device_share_mode'))
     share_slots = sa.Column(sa.Integer)

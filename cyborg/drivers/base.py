@@ -27,6 +27,17 @@ class Unsupported(PrepareError):
     """
 
 
+class Busy(PrepareError):
+    """Something still uses the device, or its use cannot be established
+    (reason 'Busy' or 'OccupancyUnknown'): the operation was refused
+    before anything was touched.
+    """
+
+    def __init__(self, reason, message):
+        super().__init__(message)
+        self.reason = reason
+
+
 class Driver(abc.ABC):
     """What an accelerator driver provides to the agent."""
 
@@ -99,9 +110,12 @@ class Driver(abc.ABC):
 
     def reclaim(self, address):
         """Reset a device that no binding or allocation holds (the agent
-        has checked) back to a state it can be offered in. Returns what
-        was done, as a sentence; raises PrepareError when it must not.
-        Default: Unsupported.
+        has checked) back to a state it can be offered in: an admin's
+        reclaim of an Orphaned device and reset of a Failed or Lost one.
+        The driver checks what only it can see (e.g. a VM holding the
+        device) before touching anything and raises Busy then. Returns
+        what was done, as a sentence; raises PrepareError when a step
+        fails. Default: Unsupported.
         """
         raise Unsupported('driver %s cannot reclaim devices' % self.name)
 

@@ -92,7 +92,8 @@ class Device:
 # the binding, not the handle: reports match handles without them, and
 # freeing drops them.
 PREPARED_KEYS = frozenset(('mig_uuid', 'mig_gi', 'mig_ci', 'mig_profile',
-                           'mig_start', 'restore_driver', 'share_mode',
+                           'mig_start', 'restore_driver', 'restore_group',
+                           'restore_persistence', 'share_mode',
                            'share_memory_mb', 'share_percent', 'vgpu_type',
                            'asked_type', 'managed'))
 

@@ -19,6 +19,9 @@ rules = base.operations('device', [
      '(microversion 2.4).', [('POST', _P + '/{uuid}/include')]),
     ('reclaim', base.ADMIN, 'Reset and rediscover an Orphaned device '
      '(microversion 2.4).', [('POST', _P + '/{uuid}/reclaim')]),
+    ('reset', base.ADMIN, 'Reset a Failed or Lost device that nothing '
+     'uses, and rediscover it (microversion 2.6).',
+     [('POST', _P + '/{uuid}/reset')]),
     ('share', base.ADMIN, 'Share a GPU by capacity (mode mps or time-slice, '
      'slots) or stop sharing it (mode none) (microversion 2.4).',
      [('POST', _P + '/{uuid}/share')]),

@@ -838,6 +838,42 @@ class FakeNvml:
                      'numa_node': g.values.get('numa_node'),
                      'minor': g.values['minor']} for g in self._gpus]
 
+    # -- the kernel's view of NVML (read by fake_sysfs) ---------------------
+    #
+    # The nvidia driver's PCI remove (an unbind) waits until the GPU's
+    # usage count is zero (NVIDIA/open-gpu-kernel-modules,
+    # kernel-open/nvidia/nv-pci.c, nv_pci_remove: "Attempting to remove
+    # device ... with non-zero usage count!", then it waits). NVML holds
+    # the device files of the GPUs it enumerated from nvmlInit to the last
+    # nvmlShutdown (an event set lives inside that session), and
+    # persistence mode keeps the driver's own reference.
+
+    def holds(self, address):
+        """Whether NVML or persistence mode keeps the GPU at `address`
+        open in the kernel driver.
+        """
+        with self._lock:
+            gpu = next((g for g in self._gpus if g.address == address),
+                       None)
+            if gpu is None:
+                return False
+            return bool(gpu.values.get('persistence_mode')) or (
+                self._inits > 0 and gpu in self._enumerated)
+
+    def wait_released(self, address, timeout=None):
+        """Block until holds(address) is False (True), or `timeout`
+        seconds pass (False).
+        """
+        with self._cond:
+            return self._cond.wait_for(lambda: not self.holds(address),
+                                       timeout)
+
+    def set_persistence_mode(self, uuid, enabled):
+        """What `nvidia-smi -pm` (or nvidia-persistenced) sets."""
+        with self._lock:
+            self._gpu(uuid).values['persistence_mode'] = int(enabled)
+            self._cond.notify_all()
+
     # -- persistence -------------------------------------------------------
 
     def to_state(self):
@@ -1338,6 +1374,15 @@ class _Library(fake_vgpu.VgpuSymbols):
 
     def nvmlEventSetFree(self, es):
         self.fake._retire(es.handle)
+        self.fake._cond.notify_all()
+
+    # -- persistence mode (needs root, like every nvmlDeviceSet*) ----------
+
+    def nvmlDeviceSetPersistenceMode(self, dev, mode):
+        mode = _val(mode)
+        if mode not in (N.NVML_FEATURE_DISABLED, N.NVML_FEATURE_ENABLED):
+            raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)
+        dev.values['persistence_mode'] = mode
         self.fake._cond.notify_all()
 
 

@@ -21,6 +21,11 @@ Host spec (YAML-friendly)::
           sriov_vfs: 16              # optional VFs enabled (default 0)
           sriov_totalvfs: 16         # optional, default sriov_vfs
           iommu_group: 20            # optional, else allocated
+          reset_method: "flr bus"    # optional sysfs reset_method; ""
+                                     # for a function with no reset
+          group_members:             # optional other functions of the
+            - {address: "0000:1b:00.1", vendor: "0x10de",   # IOMMU group
+               class: "0x040300", driver: snd_hda_intel}
           vgpu_types:                # optional vGPU manager types (no mdev)
             - {name: GRID H200-18C, framebuffer_mb: 18432}
           vgpu_manager:              # optional: a vGPU-Manager GPU whose
@@ -28,12 +33,14 @@ Host spec (YAML-friendly)::
             heterogeneous: false     # see fake_vgpu); needs sriov_vfs
 """
 
+import errno
 import json
 import os
 import threading
 import uuid
 
 from cyborg.common import pci
+from cyborg.drivers.nvidia import privileged
 from cyborg.drivers.nvidia import sysfs
 from cyborg_emulators.nvidia import fake_nvml
 from cyborg_emulators.nvidia import fake_vgpu
@@ -42,6 +49,10 @@ NVIDIA_VENDOR = '0x10de'
 GPU_CLASS = '0x030200'  # 3D controller
 DRIVERS = ('nvidia', 'vfio-pci')
 FIRST_VF_OFFSET = 4  # PF 1b:00.0 -> VFs 1b:00.4 ... 1b:00.7, 1b:01.0 ...
+# What `reset_method` lists for a data-center GPU that advertises
+# function-level reset (PCIe DevCap FLReset+; bus reset as the fallback).
+# An assumption until a capture says otherwise: a spec can set its own.
+DEFAULT_RESET_METHOD = 'flr bus'
 
 
 def vf_address(pf_address, index):
@@ -126,15 +137,23 @@ class _Tree:
             _symlink(os.path.join('..', '..', 'devices', address),
                      os.path.join(self.drivers, driver, address))
 
-    def add_function(self, address, device_id, numa_node, driver, group):
+    def add_function(self, address, device_id, numa_node, driver, group,
+                     vendor=NVIDIA_VENDOR, class_=GPU_CLASS,
+                     reset_method=None):
         path = self.dev(address)
         os.makedirs(path)
-        for name, value in (('vendor', NVIDIA_VENDOR),
+        for name, value in (('vendor', vendor),
                             ('device', '0x%04x' % device_id),
-                            ('class', GPU_CLASS),
+                            ('class', class_),
                             ('numa_node', numa_node),
                             ('driver_override', '')):
             _write(os.path.join(path, name), value)
+        if reset_method:
+            # The kernel creates `reset` only for a function with a reset
+            # method and lists the methods in `reset_method` (Linux
+            # Documentation/ABI/testing/sysfs-bus-pci).
+            _write(os.path.join(path, 'reset'), '')
+            _write(os.path.join(path, 'reset_method'), reset_method)
         if driver and driver != 'none':
             self.add_driver(driver)
             self.bind(address, driver)
@@ -185,33 +204,82 @@ class _Tree:
 
 
 class FakeSysfs(sysfs.Sysfs):
-    """Sysfs over a fake tree.  rebind() runs the base class unchanged
-    (driver_override, unbind, drivers_probe, then its post-condition);
-    driver() plays the kernel by applying those control-file writes.
+    """Sysfs over a fake tree.  rebind() and reset() run the base class
+    unchanged, through the privsep entrypoints; this object is the fake
+    kernel behind them (write(), registered with privileged.simulate by
+    FakeGpuHost.install), and driver() shows the result.
+
+    holds(address) says whether something keeps the GPU open in the
+    nvidia driver (the fake NVML's session, persistence mode): an unbind
+    from nvidia then blocks until wait_released(address) returns, as the
+    driver's remove does (see FakeNvml.holds).  on_reset(address) plays a
+    PCI reset of the function.
     """
 
-    def __init__(self, root):
+    def __init__(self, root, holds=None, wait_released=None,
+                 on_reset=None):
         super().__init__(root)
         self._tree = _Tree(root)
         self.rebinds = []  # (address, from driver, to driver) per call
         self.vgpu_managers = []  # fake_vgpu.VgpuManager of vGPU GPUs
         self.refuse_bind = set()  # addresses whose probe fails
+        self.blocked_unbinds = []  # addresses whose unbind had to wait
+        self.resets = []  # addresses reset, in order
+        self.writes = []  # (path relative to the root, value) applied
+        self.holds = holds or (lambda address: False)
+        self.wait_released = wait_released or (lambda address: True)
+        self.on_reset = on_reset
         # The kernel applies control-file writes atomically; here several
         # threads (NVML visibility checks, the health monitor, a rebind)
         # may settle the tree at once.
         self._settling = threading.RLock()
 
-    def rebind(self, address, driver):
-        with self._settling:
-            self._rebind(address, driver)
-
-    def _rebind(self, address, driver):
+    def rebind(self, address, driver, timeout=None):
         address = pci.normalize_address(address)
         self.rebinds.append((address, self.driver(address), driver))
-        if not self._tree.has_driver(driver):
+        if driver and not self._tree.has_driver(driver):
             raise sysfs.RebindError('Unknown driver %s for %s'
                                     % (driver, address))
-        super().rebind(address, driver)
+        super().rebind(address, driver, timeout)
+
+    def write(self, path, value):
+        """The kernel's side of one control-file write (the privsep
+        entrypoints call it for a simulated root).
+        """
+        parts = os.path.relpath(path, self.root).split(os.sep)
+        if parts[:3] == ['bus', 'pci', 'drivers'] and parts[3:] == [
+                'nvidia', 'unbind'] and self.holds(value):
+            self.blocked_unbinds.append(value)
+            self.wait_released(value)
+        with self._settling:
+            self.writes.append(('/'.join(parts), value))
+            if parts[:3] == ['bus', 'pci', 'devices'] and \
+                    parts[4:] == ['reset']:
+                if not os.path.exists(path):
+                    raise OSError(errno.ENOTTY, 'no reset method')
+                self.resets.append(parts[3])
+                if self.on_reset is not None:
+                    self.on_reset(parts[3])
+                return
+            _write(path, value)
+            self._settle()
+
+    def driver_reset(self, address):
+        """nvidia-smi --gpu-reset: refused while anything holds the GPU
+        ("GPU ... is currently in use by another process", nvidia-smi(1)
+        --gpu-reset: no process and no persistence may hold it), and
+        only for a GPU on the nvidia driver.
+        """
+        if self._tree.bound(address) != 'nvidia':
+            raise OSError(errno.ENODEV, '%s is not on the nvidia driver'
+                          % address)
+        if self.holds(address):
+            raise OSError(errno.EBUSY, 'GPU %s is currently in use'
+                          % address)
+        with self._settling:
+            self.resets.append(address)
+            if self.on_reset is not None:
+                self.on_reset(address)
 
     def driver(self, address):
         with self._settling:
@@ -265,12 +333,18 @@ class FakeGpuHost:
     """A fake sysfs tree under `root` plus a FakeNvml that sees only GPUs
     bound to `nvidia`.  With `state_file`, NVML state is loaded at install
     and saved after every change, so it survives an agent restart.
+
+    `proc_root` (default: `proc` beside `root`) is a fake procfs holding
+    only what the agent reads there: /proc/<pid>/fd links, e.g. a VM's
+    QEMU holding /dev/vfio/<group> (hold_vfio_group).
     """
 
-    def __init__(self, spec, root, state_file=None):
+    def __init__(self, spec, root, state_file=None, proc_root=None):
         section = spec.get('nvidia', spec)
         self.spec = spec
         self.root = root
+        self.proc_root = proc_root or os.path.join(
+            os.path.dirname(os.path.abspath(root)), 'proc')
         self.state_file = state_file
         self.iommu = section.get('iommu', True)
         self.gpus = [dict(g) for g in section.get('gpus', [])]
@@ -281,7 +355,9 @@ class FakeGpuHost:
             visible=self._bound_to_nvidia,
             on_change=self._save if state_file else None)
         self._build()
-        self.sysfs = FakeSysfs(root)
+        self.sysfs = FakeSysfs(root, holds=self.nvml.holds,
+                               wait_released=self.nvml.wait_released,
+                               on_reset=self._reset)
         self.sysfs.vgpu_managers = self.vgpu_managers()
         self.sysfs.settle_vgpu()
 
@@ -307,6 +383,9 @@ class FakeGpuHost:
     def _build(self):
         """Create missing functions; existing ones keep their binding."""
         tree = _Tree(self.root)
+        # procfs: PID directories, and entries that are not processes.
+        os.makedirs(os.path.join(self.proc_root, 'self'), exist_ok=True)
+        os.makedirs(os.path.join(self.proc_root, '1', 'fd'), exist_ok=True)
         os.makedirs(tree.devices, exist_ok=True)
         for name in DRIVERS:
             tree.add_driver(name)
@@ -322,7 +401,16 @@ class FakeGpuHost:
             group = gpu['iommu_group'] if self.iommu and \
                 'iommu_group' in gpu else next(groups)
             tree.add_function(address, info['pci_device_id'], numa,
-                              gpu.get('driver', 'nvidia'), group)
+                              gpu.get('driver', 'nvidia'), group,
+                              reset_method=gpu.get('reset_method',
+                                                   DEFAULT_RESET_METHOD))
+            for member in gpu.get('group_members') or ():
+                tree.add_function(
+                    pci.normalize_address(member['address']),
+                    int(member.get('device', '0x0'), 16), numa,
+                    member.get('driver'), group,
+                    vendor=member.get('vendor', NVIDIA_VENDOR),
+                    class_=member.get('class', GPU_CLASS))
             for n, vgpu in enumerate(gpu.get('vgpu_types') or ()):
                 tree.add_vgpu_type(address, 'nvidia-%d' % (1100 + n),
                                    vgpu['name'], vgpu['framebuffer_mb'],
@@ -354,6 +442,30 @@ class FakeGpuHost:
                 yield n
             n += 1
 
+    def hold_vfio_group(self, pid, group, fd=20):
+        """Process `pid` opens /dev/vfio/<group> (QEMU does for a GPU it
+        passes through), as /proc/<pid>/fd/<fd> shows.
+        """
+        fds = os.path.join(self.proc_root, str(pid), 'fd')
+        os.makedirs(fds, exist_ok=True)
+        _symlink('/dev/vfio/%d' % group, os.path.join(fds, str(fd)))
+
+    def release_vfio_group(self, pid):
+        """Process `pid` exits."""
+        fds = os.path.join(self.proc_root, str(pid), 'fd')
+        for name in os.listdir(fds):
+            os.unlink(os.path.join(fds, name))
+        os.rmdir(fds)
+        os.rmdir(os.path.dirname(fds))
+
+    def _reset(self, address):
+        """A PCI reset of a GPU: its MIG instances, processes and faults
+        go (the fake NVML's GPU reset).
+        """
+        for info in self.nvml.gpu_info():
+            if info['pci_address'] == address:
+                self.nvml.reset_gpu(info['uuid'])
+
     def _bound_to_nvidia(self, address):
         return self.sysfs.driver(address) == 'nvidia'
 
@@ -372,9 +484,11 @@ class FakeGpuHost:
                 self.nvml.load_state(json.load(f))
         self.nvml.install()
         sysfs.register_simulated(self.root, self.sysfs)
+        privileged.simulate(self.root, self.sysfs)
         return self
 
     def uninstall(self):
+        privileged.unsimulate(self.root)
         sysfs.unregister_simulated(self.root)
         self.nvml.uninstall()
 

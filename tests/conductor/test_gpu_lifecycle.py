@@ -2,8 +2,9 @@
 """Device lifecycle through the agent, conductor and API with the real
 nvidia driver over the fake NVML and sysfs: phases, management states and
 their fencing in Placement, the 2-minute orphan wait (injected clock),
-exclusion, and the gated, fail-closed admin reclaim."""
+exclusion, and the gated, fail-closed admin reclaim and reset."""
 
+import datetime
 import time
 import uuid
 
@@ -12,6 +13,7 @@ import sqlalchemy as sa
 
 from cyborg.conf import CONF
 from cyborg.db import api as db_api
+from cyborg.db import devices as db_devices
 from cyborg.db import models
 from cyborg_emulators.nvidia import fake_sysfs
 from tests.conductor import test_binding
@@ -22,6 +24,7 @@ COMPUTE = '0000:1b:00.0'
 PASSTHROUGH = '0000:43:00.0'
 V24 = dict(test_binding.NOVA_HEADERS, **{
     'OpenStack-API-Version': 'accelerator 2.4', 'X-Roles': 'admin'})
+V26 = dict(V24, **{'OpenStack-API-Version': 'accelerator 2.6'})
 
 
 class Clock:
@@ -43,6 +46,7 @@ def host(tmp_path):
         {'model': 'h200', 'pci_address': PASSTHROUGH, 'driver': 'vfio-pci'}]}
     with fake_sysfs.FakeGpuHost(spec, root=str(tmp_path / 'sys')) as h:
         CONF.set_override('sysfs_root', h.root, group='nvidia')
+        CONF.set_override('procfs_root', h.proc_root, group='nvidia')
         yield h
 
 
@@ -247,11 +251,11 @@ def test_fatal_xid_fails_and_fences_then_recovers(stack):
     stack.gpu_host.nvml.inject_xid(uuid1, 13)        # an application's
     health_pass(stack)
     assert device(stack, COMPUTE)['phase'] == 'Ready'
-    stack.gpu_host.nvml.inject_xid(uuid1, 48)        # double-bit ECC
+    stack.gpu_host.nvml.inject_xid(uuid1, 999)       # nobody classified it
     health_pass(stack)
     dev = device(stack, COMPUTE)
     assert dev['phase'] == 'Failed'
-    assert reason(dev, 'Healthy') == 'Xid48'
+    assert reason(dev, 'Healthy') == 'Xid999'
     assert fenced(stack, COMPUTE)
     # No restart: healthy probes for the recovery time bring it back (a
     # second more: (t + 300) - t need not be 300 in floating point).
@@ -273,3 +277,121 @@ def test_gpu_off_the_bus_is_lost_until_it_returns(stack):
     health_pass(stack)
     assert device(stack, COMPUTE)['phase'] == 'Ready'
     assert not fenced(stack, COMPUTE)
+
+
+def requested(stack, uuid_, action):
+    table = models.Device.__table__
+    with db_api.reader() as session:
+        return session.execute(sa.select(
+            table.c[action + '_requested_at']).where(
+                table.c.uuid == uuid_)).scalar()
+
+
+def test_reclaim_is_refused_while_a_vm_holds_the_vfio_group(stack):
+    """An orphaned passthrough GPU that QEMU still holds open
+    (/dev/vfio/<group> in its /proc/<pid>/fd): nothing is touched.
+    """
+    host = stack.gpu_host
+    group = host.sysfs.iommu_group(PASSTHROUGH)
+    host.hold_vfio_group(4242, group)
+    pass_after(stack, 120)
+    dev = device(stack, PASSTHROUGH)
+    assert dev['management_state'] == 'Orphaned'
+    assert stack.api('POST', '/v2/devices/%s/reclaim' % dev['uuid'],
+                     headers=V24).status_int == 202
+    stack.agent.report_once()
+    dev = device(stack, PASSTHROUGH)
+    condition = next(c for c in dev['conditions'] if c['type'] == 'Reclaim')
+    assert condition['reason'] == 'Refused'
+    assert '4242 hold /dev/vfio/%d' % group in condition['message']
+    assert host.sysfs.driver(PASSTHROUGH) == 'vfio-pci'
+    assert host.sysfs.resets == []
+    assert requested(stack, dev['uuid'], 'reclaim') is None   # answered
+    # The VM is gone: asked again, the reclaim resets the GPU (FLR on
+    # vfio-pci) and hands it back to nvidia.
+    host.release_vfio_group(4242)
+    # (A request is known by its time, to the second: this one is later.)
+    db_devices.request_reclaim(dev['uuid'], now=datetime.datetime.now(
+        datetime.timezone.utc).replace(tzinfo=None) + datetime.timedelta(
+            seconds=5))
+    stack.agent.report_once()
+    dev = device(stack, PASSTHROUGH)
+    assert reason(dev, 'Reclaim') == 'Succeeded'
+    assert host.sysfs.resets == [PASSTHROUGH]
+    assert host.sysfs.driver(PASSTHROUGH) == 'nvidia'
+
+
+def test_reclaim_fails_closed_when_procfs_is_unreadable(stack, tmp_path):
+    CONF.set_override('procfs_root', str(tmp_path / 'missing'),
+                      group='nvidia')
+    pass_after(stack, 120)
+    dev = device(stack, PASSTHROUGH)
+    stack.api('POST', '/v2/devices/%s/reclaim' % dev['uuid'], headers=V24)
+    stack.agent.report_once()
+    dev = device(stack, PASSTHROUGH)
+    assert reason(dev, 'Reclaim') == 'OccupancyUnknown'
+    assert stack.gpu_host.sysfs.driver(PASSTHROUGH) == 'vfio-pci'
+
+
+def test_reset_class_xid_stays_failed_until_an_admin_resets_it(stack):
+    stack.driver.health.clock = stack.clock
+    host = stack.gpu_host
+    uuid1 = host.nvml.gpu_info()[0]['uuid']
+    host.nvml.create_gi(uuid1, 9, 4)                 # an instance to wipe
+    host.nvml.inject_xid(uuid1, 48)                  # double-bit ECC
+    health_pass(stack)
+    dev = device(stack, COMPUTE)
+    assert (dev['phase'], reason(dev, 'Healthy')) == ('Failed', 'Xid48')
+    stack.clock.now += 3600                          # waiting does not help
+    health_pass(stack)
+    dev = device(stack, COMPUTE)
+    assert dev['phase'] == 'Failed'
+    assert fenced(stack, COMPUTE)
+    assert stack.api('POST', '/v2/devices/%s/reset' % dev['uuid'],
+                     headers=V24).status_int == 404   # 2.6 only
+    assert stack.api('POST', '/v2/devices/%s/reset' % dev['uuid'],
+                     headers=V26).status_int == 202
+    stack.agent.report_once(full=True)
+    dev = device(stack, COMPUTE)
+    condition = next(c for c in dev['conditions'] if c['type'] == 'Reset')
+    assert condition['reason'] == 'Succeeded', condition
+    assert 'destroyed GPU instance' in condition['message']
+    assert 'PCI reset (flr bus)' in condition['message']
+    assert (dev['phase'], dev['mode']) == ('Ready', 'Compute')
+    assert not fenced(stack, COMPUTE)
+    assert host.sysfs.resets == [COMPUTE]
+    assert host.sysfs.driver(COMPUTE) == 'nvidia'
+    assert test_gpu_binding.layout(stack) == []
+    assert requested(stack, dev['uuid'], 'reset') is None
+    # Persistence mode was turned off for the unbind and is on again.
+    assert stack.driver.backend.persistence_mode(uuid1) is True
+
+
+def test_reset_is_refused_while_a_process_runs(stack):
+    stack.driver.health.clock = stack.clock
+    host = stack.gpu_host
+    uuid1 = host.nvml.gpu_info()[0]['uuid']
+    host.nvml.inject_xid(uuid1, 62)
+    _, mig_uuid = host.nvml.create_gi(uuid1, 9, 4)
+    host.nvml.add_process(mig_uuid, 777, 1 << 30)
+    health_pass(stack)
+    dev = device(stack, COMPUTE)
+    assert dev['phase'] == 'Failed'
+    assert stack.api('POST', '/v2/devices/%s/reset' % dev['uuid'],
+                     headers=V26).status_int == 202
+    stack.agent.report_once()
+    dev = device(stack, COMPUTE)
+    condition = next(c for c in dev['conditions'] if c['type'] == 'Reset')
+    assert condition['reason'] == 'Refused'
+    assert 'pids 777' in condition['message']
+    assert host.sysfs.resets == []
+    assert host.sysfs.driver(COMPUTE) == 'nvidia'
+    assert dev['phase'] == 'Failed'
+
+
+def test_reset_of_a_ready_device_is_409_with_its_phase(stack):
+    dev = device(stack, COMPUTE)
+    r = stack.api('POST', '/v2/devices/%s/reset' % dev['uuid'],
+                  headers=V26)
+    assert r.status_int == 409
+    assert 'is Ready; only a Failed or Lost device' in r.text

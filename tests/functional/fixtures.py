@@ -103,6 +103,16 @@ class InventoryFixture(APIFixture):
         super().stop_fixture()
 
 
+class FailedDevicesFixture(InventoryFixture):
+    """The inventory plus a Failed GPU nothing holds and a Lost one a
+    binding holds (see seed.failed_devices).
+    """
+
+    def seed(self):
+        super().seed()
+        seed.failed_devices()
+
+
 class KeystoneFixture(APIFixture):
     """auth_strategy=keystone: only the version documents are public."""
 
@@ -124,5 +134,5 @@ def for_backend(backend):
     """The fixture classes, bound to `backend`, as a module-like namespace."""
     return types.SimpleNamespace(**{
         cls.__name__: type(cls.__name__, (cls,), {'backend': backend})
-        for cls in (APIFixture, InventoryFixture, KeystoneFixture,
-                    CyborgProfilesFixture)})
+        for cls in (APIFixture, InventoryFixture, FailedDevicesFixture,
+                    KeystoneFixture, CyborgProfilesFixture)})

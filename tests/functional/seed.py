@@ -30,6 +30,8 @@ BOUND_ARQ = '0aa00000-0000-4000-8000-000000000001'
 FAILED_ARQ = '0aa00000-0000-4000-8000-000000000002'
 BOUND_INSTANCE = '01000000-0000-4000-8000-000000000001'
 BOUND_PROJECT = 'project-bound'
+FAILED_DEVICE = '0d000000-0000-4000-8000-000000000003'
+LOST_DEVICE = '0d000000-0000-4000-8000-000000000004'
 
 GPU_PCI = {'domain': '0000', 'bus': '3b', 'device': '00', 'function': '0'}
 
@@ -106,3 +108,35 @@ def inventory():
     return {'GPU_DEVICE_ID': str(gpu), 'FPGA_DEVICE_ID': str(fpga),
             'GPU_DEPLOYABLE_ID': str(gpu_dep),
             'FPGA_DEPLOYABLE_ID': str(fpga_dep)}
+
+
+def failed_devices():
+    """compute-3: a GPU Failed by XID 48 that nothing holds, and a Lost
+    GPU whose attach handle a binding holds (for the reset action).
+    """
+    with api.writer() as session:
+        for uuid, phase, state, address, in_use, reason in (
+                (FAILED_DEVICE, 'Failed', 'Unclaimed', '0000:1b:00.0', False,
+                 'Xid48'),
+                (LOST_DEVICE, 'Lost', 'Managed', '0000:43:00.0', True,
+                 'Xid79')):
+            device = _insert(
+                session, models.Device, uuid=uuid, type='GPU',
+                vendor='10de', model='H200', hostname='compute-3',
+                status='enabled', std_board_info='{}', vendor_board_info='',
+                phase=phase, management_state=state,
+                conditions=json.dumps([{
+                    'type': 'Healthy', 'status': 'False', 'reason': reason,
+                    'message': ''}]))
+            dep = _insert(
+                session, models.Deployable, uuid=uuid.replace('0d0', '0de'),
+                name=address, num_accelerators=8, device_id=device,
+                rp_uuid=uuid.replace('0d0', '0e0'), driver_name='nvidia')
+            cpid = _insert(
+                session, models.ControlpathID, uuid=uuid.replace('0d0', '0c0'),
+                device_id=device, hostname='compute-3', cpid_type='PCI',
+                cpid_info=address)
+            _insert(session, models.AttachHandle,
+                    uuid=uuid.replace('0d0', '0a4'), deployable_id=dep,
+                    cpid_id=cpid, in_use=in_use, attach_type='PCI',
+                    attach_info=json.dumps(GPU_PCI))

@@ -71,7 +71,7 @@ PATH_VALUES = {
     'deployables': seed.GPU_DEPLOYABLE,
     'attributes': seed.GPU_RC_ATTRIBUTE,
 }
-LATEST = '2.5'
+LATEST = '2.6'
 
 
 def _operations():

@@ -12,6 +12,7 @@ from cyborg.common import exception
 from cyborg.db import devices as db
 
 LIFECYCLE = (2, 4)
+RESET = (2, 6)
 DEFAULT_SHARE_SLOTS = 10
 
 
@@ -96,6 +97,21 @@ class DeviceController:
         agent_rpcapi.AgentAPI().resync(base.context(), device['hostname'])
 
     @pecan.expose(generic=True)
+    def reset(self):
+        return base.not_allowed('POST')
+
+    @reset.when(method='POST')
+    @base.handler(202)
+    def post_reset(self):
+        """Reset a Failed or Lost GPU that nothing uses: its agent checks
+        again that nothing holds it, then resets it and says how it went
+        in the `Reset` condition.
+        """
+        self._lifecycle_action('reset', RESET)
+        device = db.request_reset(base.require_uuid(self.uuid, 'device'))
+        agent_rpcapi.AgentAPI().resync(base.context(), device['hostname'])
+
+    @pecan.expose(generic=True)
     def share(self):
         return base.not_allowed('POST')
 
@@ -125,8 +141,8 @@ class DeviceController:
             agent_rpcapi.AgentAPI().resync(base.context(), before['hostname'])
 
     @staticmethod
-    def _lifecycle_action(action):
-        if base.version() < LIFECYCLE:
+    def _lifecycle_action(action, since=LIFECYCLE):
+        if base.version() < since:
             raise exception.NotFound(
                 'The resource could not be found.')
         base.authorize('cyborg:device:' + action)

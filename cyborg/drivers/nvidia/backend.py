@@ -9,6 +9,7 @@ from NVML is read, never assumed: profile ids, placements and memory sizes
 vary by GPU model and driver branch.
 """
 
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -16,6 +17,8 @@ import threading
 import time
 
 from oslo_log import log
+
+from cyborg.drivers.nvidia import privileged
 
 LOG = log.getLogger(__name__)
 
@@ -224,6 +227,25 @@ class PynvmlBackend(NvmlBackend):
                 self._free_events()
                 self.N.nvmlShutdown()
                 self._opened = False
+
+    @contextlib.contextmanager
+    def released(self):
+        """Let go of every GPU for the duration (the nvidia driver's
+        unbind waits until nothing holds the GPU: NVML's open device
+        files and event set count), then open NVML again and register
+        the same health events. Other calls wait meanwhile: they take
+        the same lock, so nothing re-opens NVML halfway.
+        """
+        with self._lock:
+            wanted = list(self._event_uuids) \
+                if self._events is not None else None
+            self.close()
+            try:
+                yield
+            finally:
+                self.open()
+                if wanted is not None:
+                    self._renew_events(wanted)
 
     @_locked
     def refresh(self):
@@ -594,7 +616,7 @@ class PynvmlBackend(NvmlBackend):
         return out
 
     @_locked
-    def set_mig_mode(self, uuid, enabled):
+    def direct_set_mig_mode(self, uuid, enabled):
         """Returns (current, pending) after asking for the mode."""
         N = self.N
         h = self._handle(uuid)
@@ -604,8 +626,8 @@ class PynvmlBackend(NvmlBackend):
         return tuple(self._call(N.nvmlDeviceGetMigMode, h))
 
     @_locked
-    def create_instance(self, uuid, profile_id, start,
-                        compute_instance=True):
+    def direct_create_instance(self, uuid, profile_id, start,
+                               compute_instance=True):
         """A GPU instance at an explicit placement plus one compute
         instance spanning it; returns the GpuInstance with its MIG UUID.
         The GI is destroyed again if the CI cannot be made. Without
@@ -660,7 +682,7 @@ class PynvmlBackend(NvmlBackend):
         return best
 
     @_locked
-    def destroy_instance(self, uuid, gi_id):
+    def direct_destroy_instance(self, uuid, gi_id):
         """Destroy a GI's compute instances, then the GI; a GI that is
         briefly still in use after its CIs went is retried.
         """
@@ -681,6 +703,47 @@ class PynvmlBackend(NvmlBackend):
                     raise
                 time.sleep(self.retry_delay)
         return False
+
+    # MIG changes need root: through the privsep daemon ----------------------
+
+    def set_mig_mode(self, uuid, enabled):
+        """direct_set_mig_mode() in the privsep daemon."""
+        result = privileged.set_mig_mode(uuid, enabled)
+        return tuple(result) if isinstance(result, list) else result
+
+    def create_instance(self, uuid, profile_id, start,
+                        compute_instance=True):
+        """direct_create_instance() in the privsep daemon."""
+        fields = privileged.create_gpu_instance(uuid, profile_id, start,
+                                                compute_instance)
+        return GpuInstance(**dict(fields, ci_ids=tuple(fields['ci_ids']),
+                                  mig_uuids=tuple(fields['mig_uuids'])))
+
+    def destroy_instance(self, uuid, gi_id):
+        """direct_destroy_instance() in the privsep daemon."""
+        return privileged.destroy_gpu_instance(
+            uuid, gi_id, self.destroy_retries, self.retry_delay)
+
+    # Persistence mode (the driver keeps a GPU open while it is on) --------
+
+    @_locked
+    def persistence_mode(self, uuid):
+        """True when persistence mode is on (None: NVML cannot say)."""
+        mode = self._call(self.N.nvmlDeviceGetPersistenceMode,
+                          self._handle(uuid), default=None)
+        return None if mode is None else bool(mode)
+
+    @_locked
+    def direct_set_persistence_mode(self, uuid, enabled):
+        N = self.N
+        self._call(N.nvmlDeviceSetPersistenceMode, self._handle(uuid),
+                   N.NVML_FEATURE_ENABLED if enabled
+                   else N.NVML_FEATURE_DISABLED)
+        return bool(enabled)
+
+    def set_persistence_mode(self, uuid, enabled):
+        """direct_set_persistence_mode() in the privsep daemon."""
+        return privileged.set_persistence_mode(uuid, enabled)
 
     # Telemetry -------------------------------------------------------------
 

@@ -16,7 +16,7 @@ to the module of its concern, all sharing one state.HostState:
 - shares: GPUs shared by capacity (MPS / time-slice), the `_share`
   deployable, offered only where something enforces it (mps: the MPS
   control daemon per GPU);
-- reclaim: resetting a GPU nobody owns;
+- reclaim (with occupancy): resetting a GPU nobody uses;
 - telemetry and health: what metrics read, XID/ECC events.
 
 prepare() and release() choose the binding concern from the host kind,
@@ -52,7 +52,8 @@ class NvidiaDriver(base.Driver):
         # nvidia) waits for the one in progress.
         self.health = health_mod.HealthMonitor(
             self.backend, recovery_after=CONF.nvidia.health_recovery_after,
-            wait_ms=250)
+            wait_ms=250,
+            reset_xids=[int(x) for x in CONF.nvidia.reset_xids])
         self.state = state_mod.HostState(
             self.backend, self.sysfs, geometry_cache.GeometryCache(),
             self.health)
@@ -144,14 +145,16 @@ class NvidiaDriver(base.Driver):
                 self.vgpus.release(address, info)
             elif 'mig_start' in info:
                 self.mig.release(address, info)
-            elif info.get('restore_driver'):
-                self.passthrough.release(address, info['restore_driver'])
+            elif 'restore_driver' in info:
+                self.passthrough.release(address, info)
 
     def reclaim(self, address):
-        """Reset a device nobody owns: destroy its MIG instances, hand it
-        back to the nvidia driver, forget its faults.
+        """Reset a GPU nobody uses (reclaim, or an admin's reset): check
+        that no VM or process holds it, destroy its MIG instances, reset
+        it, hand it back to the nvidia driver, forget its faults.
         """
-        return reclaim_mod.reclaim(self.state, self.mig, address)
+        return reclaim_mod.reclaim(self.state, self.mig, self.passthrough,
+                                   address)
 
     def telemetry(self, address):
         return telemetry_mod.telemetry(self.state, address)

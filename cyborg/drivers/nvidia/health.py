@@ -13,7 +13,11 @@ gpu-operator#1065):
 - Lost (XID 79, GpuIsLost) -> Ready once a probe succeeds again;
 - Failed by a fatal event -> Ready once probes are healthy and no fatal
   event was seen for `recovery_after` seconds, or at once on `reset()`
-  (the driver's reclaim calls it after a GPU reset);
+  (the driver's reclaim calls it after a GPU reset) - except for an XID
+  whose catalog action is a GPU reset (`reset_xids`, by default 48, 62,
+  64, 74, 95, 109, 119, 120 and a double-bit ECC event): waiting does
+  not clear those (contract gpu-to-vm.md §5), so the GPU stays Failed
+  until it is reset;
 - RowRemapPending / RowRemapFailure / ResetRequired last as long as the
   probe reports them (a pending remap takes effect at the next reset).
 
@@ -108,6 +112,7 @@ def _where(event):
 class _Gpu:
     lost: tuple = None          # (reason, message)
     fatal: tuple = None         # (reason, message, clock time)
+    needs_reset: bool = False   # the fatal error clears only by a reset
     probe: dict = None          # the last observed health_probe
     probe_at: float = None
     mask: int = None            # registered event types, None: none
@@ -125,12 +130,14 @@ class HealthMonitor:
     """
 
     def __init__(self, backend, clock=time.monotonic, recovery_after=300.0,
-                 wait_ms=1000, ignored_xids=(), backoff=(0.5, 30.0)):
+                 wait_ms=1000, ignored_xids=(), backoff=(0.5, 30.0),
+                 reset_xids=()):
         self.backend = backend
         self.clock = clock
         self.recovery_after = recovery_after
         self.wait_ms = wait_ms
         self.ignored_xids = frozenset(ignored_xids)
+        self.reset_xids = frozenset(reset_xids)
         self.backoff = backoff
         self._lock = threading.RLock()       # the per-GPU state
         self._gpus = {}
@@ -297,7 +304,7 @@ class HealthMonitor:
                 gpu.ecc['double_bit'] += 1
                 self._fail(uuid, gpu, 'DoubleBitEcc',
                            'double-bit (uncorrectable) ECC error%s'
-                           % _where(event))
+                           % _where(event), needs_reset=True)
             elif event['type'] == 'ecc_sbe':
                 gpu.ecc['single_bit'] += 1
 
@@ -313,14 +320,21 @@ class HealthMonitor:
             if event.get('gi_id') is not None:
                 text += ('; a fatal error in one MIG instance fails the '
                          'whole GPU (memory, engines and bus are shared)')
-            self._fail(uuid, gpu, 'Xid%d' % xid, text)
+            needs_reset = xid in self.reset_xids
+            if needs_reset:
+                text += ('; the XID catalog says reset the GPU: it stays '
+                         'Failed until an admin resets it')
+            self._fail(uuid, gpu, 'Xid%d' % xid, text, needs_reset)
         else:
             LOG.info('GPU %s: %s, %s: the GPU stays usable', uuid, text,
                      kind)
 
-    def _fail(self, uuid, gpu, reason, message):
+    def _fail(self, uuid, gpu, reason, message, needs_reset=False):
         LOG.warning('GPU %s failed: %s', uuid, message)
+        if gpu.fatal is not None and gpu.needs_reset and not needs_reset:
+            return      # a later, lesser error must not shorten the wait
         gpu.fatal = (reason, message, self.clock())
+        gpu.needs_reset = needs_reset
 
     def _mark_lost(self, uuid, reason, message):
         with self._lock:
@@ -360,13 +374,13 @@ class HealthMonitor:
         now = probe.get('ecc_volatile_uncorrected')
         if before is not None and now is not None and now > before:
             self._fail(uuid, gpu, 'DoubleBitEcc', '%d new uncorrectable '
-                       'ECC error(s)' % (now - before))
+                       'ECC error(s)' % (now - before), needs_reset=True)
 
     def _expire(self, uuid, gpu, now):
         """Forget a fatal event after `recovery_after` quiet seconds, if
         a probe since then is healthy.
         """
-        if gpu.fatal is None or not self._healthy(gpu):
+        if gpu.fatal is None or gpu.needs_reset or not self._healthy(gpu):
             return
         at = gpu.fatal[2]
         if now - at >= self.recovery_after and gpu.probe_at >= at:
@@ -413,6 +427,7 @@ class HealthMonitor:
         with self._lock:
             gpu = self._gpu(uuid)
             gpu.lost = gpu.fatal = gpu.probe = gpu.probe_at = None
+            gpu.needs_reset = False
         LOG.info('GPU %s health reset', uuid)
         self._resync()
 

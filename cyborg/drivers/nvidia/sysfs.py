@@ -2,15 +2,18 @@
 """What the kernel says about a PCI function: the authoritative source for
 driver binding, SR-IOV and IOMMU state, none of which NVML knows.
 
-`Sysfs(root)` reads a tree laid out like /sys; tests point it at a fake
-tree (cyborg_emulators.nvidia.fake_sysfs) whose `rebind` moves symlinks
-instead of asking the kernel.
+`Sysfs(root)` reads a tree laid out like /sys; its writes (driver
+binding, PCI reset) go through the privsep daemon (privileged). Tests
+point it at a fake tree (cyborg_emulators.nvidia.fake_sysfs) whose fake
+kernel applies those writes by moving symlinks.
 """
 
 import os
 import re
 
 from cyborg.common import pci
+from cyborg.conf import CONF
+from cyborg.drivers.nvidia import privileged
 from cyborg.drivers import pci as pci_driver
 
 _UUID = re.compile(r'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
@@ -200,25 +203,93 @@ class Sysfs:
         except OSError:
             return False
 
-    def rebind(self, address, driver):
-        """Hand the function to `driver` (driver_override, unbind, probe)."""
+    def rebind(self, address, driver, timeout=None):
+        """Hand the function to `driver` (None: leave it unbound) through
+        the privsep daemon: driver_override, unbind, drivers_probe, each
+        write bounded by `timeout` ([nvidia] rebind_timeout).
+        """
         current = self.driver(address)
-        if current == driver:
+        if current == (driver or None):
             return
         try:
-            _write(self._dev(address, 'driver_override'), driver)
-            if current:
-                _write(os.path.join(self.root, 'bus', 'pci', 'drivers',
-                                    current, 'unbind'), address)
-            _write(os.path.join(self.root, 'bus', 'pci', 'drivers_probe'),
-                   address)
-        except OSError as e:
+            privileged.rebind(self.root, address, driver or '',
+                              timeout or CONF.nvidia.rebind_timeout)
+        except privileged.PrivilegedError as e:
             raise RebindError('Could not rebind %s from %s to %s: %s'
-                              % (address, current or 'no driver', driver, e))
+                              % (address, current or 'no driver',
+                                 driver or 'no driver', e))
         now = self.driver(address)
-        if now != driver:
+        if now != (driver or None):
             raise RebindError('%s is bound to %s after asking for %s'
-                              % (address, now or 'no driver', driver))
+                              % (address, now or 'no driver',
+                                 driver or 'no driver'))
+
+    def iommu_group(self, address):
+        """The function's IOMMU group number, None without one."""
+        try:
+            return int(os.path.basename(os.readlink(
+                self._dev(address, 'iommu_group'))))
+        except (OSError, ValueError):
+            return None
+
+    def iommu_group_members(self, address):
+        """[{address, vendor, class, driver}] of every function in the
+        function's IOMMU group (itself included); [] without a group.
+        """
+        group = self.iommu_group(address)
+        if group is None:
+            return []
+        path = os.path.join(self.root, 'kernel', 'iommu_groups', str(group),
+                            'devices')
+        try:
+            names = sorted(os.listdir(path))
+        except OSError:
+            return []
+        out = []
+        for name in names:
+            member = pci.normalize_address(name)
+            out.append({
+                'address': member,
+                'vendor': pci.normalize_id(_read(self._dev(member, 'vendor'))
+                                           or '0'),
+                'class': _read(self._dev(member, 'class')).lower().replace(
+                    '0x', '').zfill(6),
+                'driver': self.driver(member)})
+        return out
+
+    def can_reset(self, address):
+        """The kernel offers a reset of the function (sysfs `reset`)."""
+        return os.path.exists(self._dev(address, 'reset'))
+
+    def reset(self, address, timeout=None):
+        """Reset the function (the kernel's pci_reset_function: FLR where
+        supported) through the privsep daemon; returns the reset methods
+        the kernel listed.
+        """
+        try:
+            return privileged.reset_function(
+                self.root, address, timeout or CONF.nvidia.rebind_timeout)
+        except privileged.PrivilegedError as e:
+            raise RebindError('Could not reset %s: %s' % (address, e))
+
+
+    def driver_reset(self, address, timeout=None):
+        """The nvidia driver's GPU reset (nvidia-smi --gpu-reset) through
+        the privsep daemon, for a function with no PCI reset.
+        """
+        try:
+            privileged.driver_reset(
+                self.root, address, timeout or CONF.nvidia.rebind_timeout)
+        except privileged.PrivilegedError as e:
+            raise RebindError('Could not reset %s: %s' % (address, e))
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ''
 
 
 def _read_int(path):
@@ -227,8 +298,3 @@ def _read_int(path):
             return int(f.read().strip() or 0)
     except (OSError, ValueError):
         return None
-
-
-def _write(path, value):
-    with open(path, 'w') as f:
-        f.write(value)

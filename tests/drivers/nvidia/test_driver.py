@@ -45,6 +45,7 @@ def make_host(tmp_path):
         host.install()
         hosts.append(host)
         CONF.set_override('sysfs_root', host.root, group='nvidia')
+        CONF.set_override('procfs_root', host.proc_root, group='nvidia')
         return host
 
     yield make
@@ -73,6 +74,11 @@ def handle(address, request, info=None):
     return {'uuid': 'h-1', 'attach_type': 'PCI',
             'attach_info': json.dumps(info or records.pci_info(address)),
             'request_group': request}
+
+
+def live_uuid(host, address):
+    return next(g['uuid'] for g in host.nvml.gpu_info()
+                if g['pci_address'] == address)
 
 
 def live(host, address):
@@ -293,7 +299,10 @@ def test_whole_gpu_rebinds_behind_gates_and_restores(make_host):
     drv = new_driver(host)
     drv.discover()
     info = drv.prepare(GPU1, handle(GPU1, group('h200-whole')))
-    assert info == {'restore_driver': 'nvidia'}
+    # The captured H200 runs with persistence mode on: off for the move,
+    # on again at release.
+    assert info == {'restore_driver': 'nvidia', 'restore_group': {},
+                    'restore_persistence': True}
     assert host.sysfs.driver(GPU1) == 'vfio-pci'
     # Invisible to NVML now, still reported from the remembered geometry,
     # and nothing more fits on it.
@@ -302,6 +311,7 @@ def test_whole_gpu_rebinds_behind_gates_and_restores(make_host):
     assert not [t for t in dep.traits if t.startswith('CUSTOM_MIG_FIT')]
     drv.release(GPU1, handle(GPU1, {}, dict(records.pci_info(GPU1), **info)))
     assert host.sysfs.driver(GPU1) == 'nvidia'
+    assert drv.backend.persistence_mode(live_uuid(host, GPU1)) is True
 
 
 @pytest.mark.parametrize('setup,reason', [

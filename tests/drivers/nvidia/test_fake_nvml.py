@@ -865,7 +865,18 @@ def test_vfio_bound_gpu_is_invisible_until_rebound(host):
     assert N.nvmlDeviceGetCount() == 2
     h = N.nvmlDeviceGetHandleByPciBusId('0000:1b:00.0')
     assert N.nvmlDeviceGetUUID(h) == GPU_A
+    # The nvidia driver lets go only once nothing holds the GPU: NVML's
+    # session or persistence mode (nv-pci.c waits in its remove).
+    with pytest.raises(RebindError, match='did not finish within'):
+        fake.sysfs.rebind('0000:1b:00.0', 'vfio-pci', timeout=0.2)
+    assert fake.sysfs.blocked_unbinds == ['0000:1b:00.0']
+    fake.nvml.set_persistence_mode(GPU_A, False)
+    N.nvmlShutdown()
+    # The blocked unbind completes then (the kernel finishes it), leaving
+    # the GPU with no driver; the next rebind probes it to vfio-pci.
     fake.sysfs.rebind('0000:1b:00.0', 'vfio-pci')
+    assert fake.sysfs.driver('0000:1b:00.0') == 'vfio-pci'
+    N.nvmlInit()
     with pytest.raises(N.NVMLError_GpuIsLost):
         N.nvmlDeviceGetUUID(h)
 

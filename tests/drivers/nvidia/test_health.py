@@ -9,6 +9,7 @@ import time
 import pynvml as N
 import pytest
 
+from cyborg.conf import CONF
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import health
 from cyborg_emulators.nvidia import fake_sysfs
@@ -186,6 +187,45 @@ def test_failed_recovers_after_quiet_period(monitor, host, uuids, clock):
     assert monitor.xid_counts()[uuids[0]] == {95: 2}
 
 
+@pytest.mark.parametrize('xid', [48, 62, 64, 74, 95, 109, 119, 120])
+def test_reset_class_xids_stay_failed_until_reset(backend, host, uuids,
+                                                  clock, xid):
+    """XIDs whose catalog action is a GPU reset (contract gpu-to-vm.md
+    §5, [nvidia] reset_xids) never clear by time.
+    """
+    monitor = health.HealthMonitor(
+        backend, clock=clock, recovery_after=300,
+        reset_xids=[int(x) for x in CONF.nvidia.reset_xids])
+    monitor.watch(uuids)
+    host.nvml.inject_xid(uuids[0], xid)
+    drain(monitor)
+    phase, reason, message = probe(monitor, uuids[0])
+    assert (phase, reason) == ('Failed', 'Xid%d' % xid)
+    assert 'stays Failed until an admin resets it' in message
+    clock.now += 3600
+    assert probe(monitor, uuids[0])[:2] == ('Failed', 'Xid%d' % xid)
+    host.nvml.inject_xid(uuids[0], 999)         # a lesser one after it
+    drain(monitor)
+    clock.now += 3600
+    assert probe(monitor, uuids[0])[:2] == ('Failed', 'Xid%d' % xid)
+    monitor.reset(uuids[0])
+    assert probe(monitor, uuids[0]) == health.READY
+
+
+def test_other_fatal_xids_recover_by_time(backend, host, uuids, clock):
+    monitor = health.HealthMonitor(
+        backend, clock=clock, recovery_after=300,
+        reset_xids=[int(x) for x in CONF.nvidia.reset_xids])
+    monitor.watch(uuids)
+    host.nvml.inject_xid(uuids[0], 999)         # nobody classified it
+    drain(monitor)
+    phase, reason, message = probe(monitor, uuids[0])
+    assert (phase, reason) == ('Failed', 'Xid999')
+    assert 'until an admin resets it' not in message
+    clock.now += 301
+    assert probe(monitor, uuids[0]) == health.READY
+
+
 def test_failed_needs_a_healthy_probe(monitor, host, uuids, clock):
     host.nvml.inject_xid(uuids[0], 48)
     drain(monitor)
@@ -216,11 +256,13 @@ def test_double_bit_ecc_then_pending_remap(monitor, host, uuids, clock):
     host.nvml.ecc_error(uuids[0], uncorrected=True)
     assert [e['type'] for e in drain(monitor)] == ['ecc_sbe', 'ecc_dbe']
     assert probe(monitor, uuids[0])[:2] == ('Failed', 'DoubleBitEcc')
+    # An uncorrectable error (XID 48's event) does not clear by waiting.
     clock.now += 301
-    assert probe(monitor, uuids[0])[:2] == ('Failed', 'RowRemapPending')
+    assert probe(monitor, uuids[0])[:2] == ('Failed', 'DoubleBitEcc')
     assert monitor.ecc_counts()[uuids[0]] == {
         'double_bit': 1, 'single_bit': 1, 'volatile_uncorrected': 1}
     host.nvml.reset_gpu(uuids[0])               # the remap takes effect
+    monitor.reset(uuids[0])                     # what the driver's reset does
     assert probe(monitor, uuids[0]) == health.READY
 
 
