@@ -8,6 +8,7 @@ import socket
 
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
+from oslo_privsep import priv_context
 
 from cyborg.conf import agent
 
@@ -173,4 +174,7 @@ def list_opts():
         ('upgrade_levels', upgrade_levels_opts),
         ('placement', _ks_opts('placement')),
         ('nova', _ks_opts('compute')),
+        # The agent's privsep daemon (cyborg.drivers.nvidia.privileged):
+        # helper_command, user, group, capabilities, ...
+        ('nvidia_privsep', priv_context.OPTS),
     ] + [(group, opts) for group, opts in agent.GROUPS.items()]

@@ -120,8 +120,9 @@ def request_reset(uuid, now=None):
         if row['phase'] not in RESETTABLE_PHASES:
             raise exception.NotResettable(uuid=uuid,
                                           state=row['phase'] or 'Ready')
-        if row['management_state'] == 'Managed' or _claimed(session,
-                                                             row['id']):
+        claimed = row['management_state'] == 'Managed' or _claimed(
+            session, row['id'])
+        if claimed:
             raise exception.NotResettable(
                 uuid=uuid, state='%s and claimed' % row['phase'])
         if row['reset_requested_at'] is None:

@@ -264,11 +264,11 @@ class FakeSysfs(sysfs.Sysfs):
             _write(path, value)
             self._settle()
 
-    def driver_reset(self, address):
-        """nvidia-smi --gpu-reset: refused while anything holds the GPU
-        ("GPU ... is currently in use by another process", nvidia-smi(1)
-        --gpu-reset: no process and no persistence may hold it), and
-        only for a GPU on the nvidia driver.
+    def gpu_reset(self, address):
+        """The kernel's side of nvidia-smi --gpu-reset: refused while
+        anything holds the GPU (nvidia-smi(1), --gpu-reset: no process
+        and no persistence may hold it), and only for a GPU on the nvidia
+        driver.
         """
         if self._tree.bound(address) != 'nvidia':
             raise OSError(errno.ENODEV, '%s is not on the nvidia driver'

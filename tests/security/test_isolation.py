@@ -33,7 +33,7 @@ from tests.unit import test_openapi
 A_UNBOUND = '0aa00000-0000-4000-8000-0000000000a1'
 MISSING = '0aa00000-0000-4000-8000-00000000dead'
 NEW_INSTANCE = '01000000-0000-4000-8000-0000000000a2'
-VERSION = {'OpenStack-API-Version': 'accelerator 2.4'}
+VERSION = {'OpenStack-API-Version': 'accelerator 2.6'}
 
 CALLERS = ('anonymous', 'bad_token', 'admin', 'system_admin', 'member_a',
            'reader_a', 'member_b', 'service', 'nova_a', 'nova_b')
@@ -156,6 +156,11 @@ MATRIX = {
     ('POST', '/v2/devices/{uuid}/reclaim'): [
         ('reclaim a device', 'POST', _DEV + '/reclaim', None,
          expect(403, admin=202))],
+    ('POST', '/v2/devices/{uuid}/reset'): [
+        # The seeded GPU is Ready: an admin passes the policy and hears
+        # why it cannot be reset.
+        ('reset a device', 'POST', _DEV + '/reset', None,
+         expect(403, admin=409))],
     ('POST', '/v2/devices/{uuid}/share'): [
         ('share a device', 'POST', _DEV + '/share',
          {'mode': 'time-slice', 'slots': 4}, expect(403, admin=200))],

@@ -380,7 +380,7 @@ def _expected_keys(component, version):
 GETS = [o for o in OPERATIONS if o[0] == 'GET']
 
 
-@pytest.mark.parametrize('version', ['2.0', '2.3', '2.4', '2.5'])
+@pytest.mark.parametrize('version', ['2.0', '2.3', '2.4', '2.5', '2.6'])
 @pytest.mark.parametrize('method, path, operation', GETS, ids=_ids(GETS))
 def test_responses_match_their_schemas(api, method, path, operation,
                                        version):

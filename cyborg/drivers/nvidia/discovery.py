@@ -17,6 +17,7 @@ from oslo_log import log
 from cyborg.conf import CONF
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import geometry_cache
+from cyborg.drivers.nvidia import passthrough as passthrough_mod
 from cyborg.drivers.nvidia import phase as phase_mod
 from cyborg.drivers.nvidia import resources
 from cyborg.drivers.nvidia import state as state_mod
@@ -202,7 +203,7 @@ class Discovery:
         passthrough = kind == vgpu_mod.DATACENTER and iommu and \
             not function['vfs'] and (
                 CONF.nvidia.rebind_for_passthrough or function['driver']
-                == CONF.nvidia.passthrough_driver)
+                in passthrough_mod.vfio_drivers())
         traits = (resources.static_traits(gpu, passthrough)
                   | resources.fit_traits(gpu.profiles, slots, whole_in_use)
                   | {vgpu_mod.HOST_TRAITS[kind]})

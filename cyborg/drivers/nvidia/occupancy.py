@@ -32,19 +32,19 @@ def check(state, address):
                                                  group)
         except Exception as e:
             raise base.Busy('OccupancyUnknown', 'cannot tell who holds '
-                       '/dev/vfio/%d: %s' % (group, e))
+                            '/dev/vfio/%d: %s' % (group, e))
         if pids:
-            raise base.Busy('Busy', 'process(es) %s hold /dev/vfio/%d open (a '
-                       'VM still uses the GPU)'
-                       % (', '.join(str(p) for p in pids), group))
+            raise base.Busy('Busy', 'process(es) %s hold /dev/vfio/%d open '
+                            '(a VM still uses the GPU)'
+                            % (', '.join(str(p) for p in pids), group))
     if sysfs.driver(address) != 'nvidia':
         return
     try:
         gpu = next((g for g in state.backend.gpus()
                     if g.address == address), None)
     except (nvml.NvmlError, nvml.NvmlUnavailable) as e:
-        raise base.Busy('OccupancyUnknown', 'NVML cannot list the processes '
-                   'on GPU %s: %s' % (address, e))
+        raise base.Busy('OccupancyUnknown', 'NVML cannot list the '
+                        'processes on GPU %s: %s' % (address, e))
     if gpu is None:
         # On nvidia yet not listed: lost, or NVML started before it came.
         return

@@ -6,13 +6,14 @@ cyborg.common.lifecycle).
 
 from cyborg.common import lifecycle
 from cyborg.conf import CONF
+from cyborg.drivers.nvidia import passthrough
 
 
 def mode(driver):
     """The mode a GPU is in, from the kernel driver that holds it."""
     if driver == 'nvidia':
         return 'Compute'
-    if driver == CONF.nvidia.passthrough_driver:
+    if driver in passthrough.vfio_drivers():
         return 'Passthrough'
     return 'Unbound' if driver is None else 'Unknown'
 

@@ -199,7 +199,7 @@ def driver_reset(root, address, timeout):
     kernel = _KERNELS.get(root)
     if kernel is not None:
         try:
-            kernel.driver_reset(address)
+            kernel.gpu_reset(address)
         except OSError as e:
             raise PrivilegedError('GPU reset of %s: %s' % (address, e))
         return

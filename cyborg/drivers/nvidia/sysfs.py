@@ -272,7 +272,6 @@ class Sysfs:
         except privileged.PrivilegedError as e:
             raise RebindError('Could not reset %s: %s' % (address, e))
 
-
     def driver_reset(self, address, timeout=None):
         """The nvidia driver's GPU reset (nvidia-smi --gpu-reset) through
         the privsep daemon, for a function with no PCI reset.
