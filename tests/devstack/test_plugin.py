@@ -145,6 +145,18 @@ def test_post_config_writes_cyborg_conf(stack):
     assert conf[('agent', 'enabled_drivers')] == 'fake'
     assert conf[('fake_driver', 'host_spec')] == (
         stack.env['DEST'] + '/cyborg-gpu/etc/cyborg/fake-hosts/gpu-host.yaml')
+    assert ('nvidia_privsep', 'helper_command') not in conf
+
+
+def test_post_config_nvidia_agent_escalates_through_privsep(tmp_path):
+    stack = Stack(tmp_path, ALL_SERVICES)
+    stack.env['CYBORG_ENABLED_DRIVERS'] = 'nvidia'
+    conf = _inisets(stack.run('stack', 'post-config'), stack.conf)
+    assert conf[('agent', 'enabled_drivers')] == 'nvidia'
+    helper = conf[('nvidia_privsep', 'helper_command')]
+    assert helper.startswith('sudo /') and helper.endswith(
+        '/privsep-helper --config-file %s' % stack.conf)
+    assert ('fake_driver', 'host_spec') not in conf
 
 
 def test_post_config_uwsgi(stack):
