@@ -254,7 +254,10 @@ def test_mig_instance_maps_to_its_arq_by_placement(host):
 def test_gpu_invisible_to_nvml_has_no_telemetry(host):
     drv = _driver(host)
     devices = drv.discover()
-    host.sysfs.rebind(GPU1, 'vfio-pci')
+    # As the driver moves a GPU: persistence off, NVML let go meanwhile.
+    host.nvml.set_persistence_mode(host.nvml.gpu_info()[0]['uuid'], False)
+    with drv.backend.released():
+        host.sysfs.rebind(GPU1, 'vfio-pci')
     assert drv.telemetry(GPU1) is None
     assert drv.telemetry('0000:99:00.0') is None
     for device in devices:

@@ -279,3 +279,40 @@ def test_entrypoints_answer_through_a_real_privsep_daemon(make_host):
             4242]
         with pytest.raises(Exception, match='not a PCI address'):
             privileged.rebind(host.root, 'nope', 'vfio-pci', 1)
+
+
+def test_mig_changes_go_through_privsep(make_host, calls):
+    host = make_host(mig_mode=0)
+    drv = new_driver(host)
+    with open(os.path.join(PROFILES, 'h200-mig-1g-18gb.json')) as f:
+        group = json.load(f)[0]['groups'][0]
+    info = drv.prepare(GPU, dict(handle(), request_group=group))
+    assert calls == ['set_mig_mode', 'create_gpu_instance']
+    drv.release(GPU, handle(dict(records.pci_info(GPU), **info)))
+    assert calls[2:] == ['destroy_gpu_instance']
+
+
+def test_only_the_privsep_module_writes_or_changes_nvml():
+    """Every privileged write of the nvidia driver is in privileged.py:
+    no other module opens a file for writing, and the NVML changes
+    (backend.direct_*) are called from there only.
+    """
+    here = os.path.dirname(privileged.__file__)
+    mutators = ('nvmlDeviceSet', 'nvmlDeviceCreateGpuInstance',
+                'nvmlGpuInstanceCreateComputeInstance',
+                'nvmlGpuInstanceDestroy', 'nvmlComputeInstanceDestroy')
+    for name in sorted(os.listdir(here)):
+        if not name.endswith('.py'):
+            continue
+        with open(os.path.join(here, name)) as f:
+            text = f.read()
+        if name not in ('geometry_cache.py',     # the agent's own file
+                        'privileged.py'):
+            assert "'w')" not in text and '"w")' not in text, name
+        if name == 'privileged.py':
+            continue
+        calls = [line.strip() for line in text.splitlines()
+                 if '.direct_' in line]
+        assert not calls, (name, calls)
+        if name != 'backend.py':
+            assert not any(m in text for m in mutators), name
