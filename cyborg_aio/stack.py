@@ -101,7 +101,7 @@ class EmbeddedStack:
         conf.set_override('enabled_drivers', ['nvidia'] + (
             ['fake'] if spec.get('devices') else []), group='agent')
         conf.set_override('sysfs_root', self.fake_gpus.root, group='nvidia')
-        conf.set_override('procfs_root', self.fake_gpus.proc_root,
+        conf.set_override('proc_root', self.fake_gpus.proc_root,
                           group='nvidia')
         conf.set_override('geometry_cache', os.path.join(
             self.state_dir, 'nvidia-geometry.json'), group='nvidia')

@@ -84,10 +84,6 @@ nvidia_opts = [
                       'until nothing holds the GPU; past this the bind '
                       'fails with that reason (the kernel may still finish '
                       'the unbind later, leaving the GPU with no driver).'),
-    cfg.StrOpt('procfs_root', default='/proc',
-               help='Root of procfs, scanned (through privsep) for '
-                    'processes holding a GPU\'s VFIO group open before a '
-                    'reclaim or reset (tests point it at a fake tree).'),
     cfg.ListOpt('reset_xids',
                 default=['48', '62', '64', '74', '79', '95', '109', '119',
                          '120'],
@@ -131,9 +127,12 @@ nvidia_opts = [
     cfg.IntOpt('mps_command_timeout', default=15, min=1,
                help='Seconds one MPS control command may take.'),
     cfg.StrOpt('proc_root', default='/proc',
-               help='Where the agent reads an MPS client\'s environment '
-                    '(<pid>/environ) to tell which share it holds, for '
-                    'per-consumer metrics.'),
+               help='Root of procfs: where the agent reads an MPS '
+                    'client\'s environment (<pid>/environ) to tell which '
+                    'share it holds, for per-consumer metrics, and scans '
+                    '(through privsep) <pid>/fd for processes holding a '
+                    'GPU\'s VFIO group open before a reclaim or reset '
+                    '(tests point it at a fake tree).'),
     cfg.ListOpt('nova_enabled_mdev_types', default=[],
                 help='Nova\'s own [devices] enabled_mdev_types on this '
                      'host (e.g. nvidia-700). A GPU whose VFs (or PF) '

@@ -29,7 +29,7 @@ def gpu_host(tmp_path):
         root=str(tmp_path / 'sys'))
     with host:
         CONF.set_override('sysfs_root', host.root, group='nvidia')
-        CONF.set_override('procfs_root', host.proc_root, group='nvidia')
+        CONF.set_override('proc_root', host.proc_root, group='nvidia')
         yield host
 
 

@@ -46,7 +46,7 @@ def host(tmp_path):
         {'model': 'h200', 'pci_address': PASSTHROUGH, 'driver': 'vfio-pci'}]}
     with fake_sysfs.FakeGpuHost(spec, root=str(tmp_path / 'sys')) as h:
         CONF.set_override('sysfs_root', h.root, group='nvidia')
-        CONF.set_override('procfs_root', h.proc_root, group='nvidia')
+        CONF.set_override('proc_root', h.proc_root, group='nvidia')
         yield h
 
 
@@ -322,7 +322,7 @@ def test_reclaim_is_refused_while_a_vm_holds_the_vfio_group(stack):
 
 
 def test_reclaim_fails_closed_when_procfs_is_unreadable(stack, tmp_path):
-    CONF.set_override('procfs_root', str(tmp_path / 'missing'),
+    CONF.set_override('proc_root', str(tmp_path / 'missing'),
                       group='nvidia')
     pass_after(stack, 120)
     dev = device(stack, PASSTHROUGH)

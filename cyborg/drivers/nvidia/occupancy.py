@@ -28,7 +28,7 @@ def check(state, address):
     group = sysfs.iommu_group(address)
     if group is not None:
         try:
-            pids = privileged.vfio_group_holders(CONF.nvidia.procfs_root,
+            pids = privileged.vfio_group_holders(CONF.nvidia.proc_root,
                                                  group)
         except Exception as e:
             raise base.Busy('OccupancyUnknown', 'cannot tell who holds '

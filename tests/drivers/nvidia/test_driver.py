@@ -45,7 +45,7 @@ def make_host(tmp_path):
         host.install()
         hosts.append(host)
         CONF.set_override('sysfs_root', host.root, group='nvidia')
-        CONF.set_override('procfs_root', host.proc_root, group='nvidia')
+        CONF.set_override('proc_root', host.proc_root, group='nvidia')
         return host
 
     yield make
