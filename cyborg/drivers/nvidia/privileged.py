@@ -32,6 +32,7 @@ owns a simulated sysfs root applies the writes (simulate()); the code
 around each write - checks, ordering, timeouts - is the same.
 """
 
+import functools
 import os
 import re
 import threading
@@ -59,6 +60,30 @@ _KERNELS = {}
 
 class PrivilegedError(Exception):
     """A privileged operation was refused or did not finish."""
+
+
+_acting = threading.local()
+
+
+def acting():
+    """True while this thread runs a privileged entrypoint (in the privsep
+    daemon, or in-process on a simulated host), or the process is root:
+    what a fake that refuses non-root callers (NVML's NO_PERMISSION for
+    MIG changes) asks.
+    """
+    return getattr(_acting, 'depth', 0) > 0 or os.geteuid() == 0
+
+
+def _root_side(func):
+    """Mark the thread as acting with privileges while `func` runs."""
+    @functools.wraps(func)
+    def run(*args, **kwargs):
+        _acting.depth = getattr(_acting, 'depth', 0) + 1
+        try:
+            return func(*args, **kwargs)
+        finally:
+            _acting.depth -= 1
+    return run
 
 
 def simulate(root, kernel):
@@ -139,6 +164,7 @@ def _bound(root, address):
 
 
 @context.entrypoint
+@_root_side
 def rebind(root, address, driver, timeout):
     """Hand one PCI function to `driver` ('' for none): driver_override,
     unbind from its current driver, drivers_probe. Returns the driver it
@@ -166,6 +192,7 @@ def rebind(root, address, driver, timeout):
 
 
 @context.entrypoint
+@_root_side
 def reset_function(root, address, timeout):
     """The kernel's reset of one PCI function (sysfs `reset`, present when
     the device has a reset method; `reset_method` lists them, FLR first
@@ -187,6 +214,7 @@ def reset_function(root, address, timeout):
 
 
 @context.entrypoint
+@_root_side
 def driver_reset(root, address, timeout):
     """The nvidia driver's own GPU reset (`nvidia-smi --gpu-reset`), for
     a GPU whose function offers no PCI reset. The GPU must be on the
@@ -213,6 +241,7 @@ def driver_reset(root, address, timeout):
 
 
 @context.entrypoint
+@_root_side
 def vfio_group_holders(proc_root, group):
     """PIDs of the processes with /dev/vfio/<group> open (a VM's QEMU).
     A process that exits during the scan is skipped; any other error
@@ -259,6 +288,7 @@ def _uuid(value):
 
 
 @context.entrypoint
+@_root_side
 def set_mig_mode(uuid, enabled):
     """Ask NVML for MIG mode on/off; returns what the backend's
     direct_set_mig_mode returns (plain values).
@@ -271,6 +301,7 @@ def set_mig_mode(uuid, enabled):
 
 
 @context.entrypoint
+@_root_side
 def create_gpu_instance(uuid, profile_id, start, compute_instance=True):
     """A GPU instance (and, unless told not to, its compute instance) at
     an explicit placement; returns the GpuInstance's fields.
@@ -288,6 +319,7 @@ def create_gpu_instance(uuid, profile_id, start, compute_instance=True):
 
 
 @context.entrypoint
+@_root_side
 def destroy_gpu_instance(uuid, gi_id, retries, retry_delay):
     """Destroy a GPU instance with its compute instances (a GI briefly
     still in use is retried); True when one was there.
@@ -302,6 +334,7 @@ def destroy_gpu_instance(uuid, gi_id, retries, retry_delay):
 
 
 @context.entrypoint
+@_root_side
 def set_persistence_mode(uuid, enabled):
     """Persistence mode on/off (nvidia-smi -pm); returns the mode set."""
     session = _nvml()

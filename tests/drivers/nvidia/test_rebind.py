@@ -316,3 +316,25 @@ def test_only_the_privsep_module_writes_or_changes_nvml():
         assert not calls, (name, calls)
         if name != 'backend.py':
             assert not any(m in text for m in mutators), name
+
+
+def test_entrypoints_act_with_privileges_only_while_running(
+        make_host, monkeypatch):
+    """privileged.acting() is what a fake asks to refuse non-root callers
+    (the fake kernel write runs in the entrypoint's worker thread, the
+    proc scan in the caller's).
+    """
+    host = make_host()
+    monkeypatch.setattr(os, 'geteuid', lambda: 1000)
+    seen = []
+    real = os.listdir
+
+    def listdir(path):
+        if path == host.proc_root:
+            seen.append(privileged.acting())
+        return real(path)
+    monkeypatch.setattr(os, 'listdir', listdir)
+    assert not privileged.acting()
+    privileged.vfio_group_holders(host.proc_root, 7)
+    assert seen == [True]
+    assert not privileged.acting()
