@@ -1,16 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """The operator's reset request of a Failed or Lost device (API 2.6).
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-12-02
 """
 
 from alembic import op
 import sqlalchemy as sa
 
-revision = '0004'
-down_revision = '0003'
+revision = '0005'
+down_revision = '0004'
 branch_labels = None
 depends_on = None
 
