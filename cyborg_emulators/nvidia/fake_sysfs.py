@@ -296,10 +296,6 @@ class FakeSysfs(sysfs.Sysfs):
             self.settle_vgpu()
             return {a: sysfs.Sysfs.vf_vgpu(self, a) for a in addresses}
 
-    def set_vgpu_type(self, address, type_id):
-        with self._settling:
-            return super().set_vgpu_type(address, type_id)
-
     def settle_vgpu(self):
         """Apply writes to the VFs' vGPU files and show what the vGPU
         Manager allows now (it depends on NVML's MIG state too).

@@ -16,6 +16,7 @@ path or a command line.
 - reset_function(): the kernel's PCI reset of one function (sysfs
   `reset`: FLR where the device supports it); driver_reset(): the nvidia
   driver's GPU reset (nvidia-smi --gpu-reset) where it does not;
+- set_vgpu_type(): a VF's vGPU type (vGPU-Manager hosts);
 - vfio_group_holders(): which processes hold /dev/vfio/<group> open
   (another user's /proc/<pid>/fd needs CAP_SYS_PTRACE);
 - set_mig_mode(), create_gpu_instance(), destroy_gpu_instance(): NVML's
@@ -211,6 +212,21 @@ def reset_function(root, address, timeout):
         methods = ''
     _write(root, os.path.join(device, 'reset'), '1', timeout)
     return methods
+
+
+@context.entrypoint
+@_root_side
+def set_vgpu_type(root, address, type_id, timeout):
+    """Configure a VF with a vGPU type (the vGPU Manager's
+    <VF>/nvidia/current_vgpu_type; 0 clears it).
+    """
+    root = _root(root)
+    address = _address(address)
+    if not isinstance(type_id, int) or type_id < 0:
+        raise PrivilegedError('not a vGPU type id: %r' % (type_id,))
+    _write(root, os.path.join(root, 'bus', 'pci', 'devices', address,
+                              'nvidia', 'current_vgpu_type'),
+           str(type_id), timeout)
 
 
 @context.entrypoint

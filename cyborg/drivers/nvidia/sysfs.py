@@ -177,10 +177,10 @@ class Sysfs:
         """Configure a VF with a vGPU type (vfio layout; 0 clears it) and
         check that the vGPU Manager took it.
         """
-        path = self._dev(address, 'nvidia', 'current_vgpu_type')
         try:
-            _write(path, str(type_id))
-        except OSError as e:
+            privileged.set_vgpu_type(self.root, address, int(type_id),
+                                     CONF.nvidia.rebind_timeout)
+        except privileged.PrivilegedError as e:
             raise VgpuError('Writing vGPU type %s to VF %s failed: %s'
                             % (type_id, address, e))
         now = self.vf_vgpu(address)['current']

@@ -71,7 +71,7 @@ def new_driver(host):
 def calls(monkeypatch):
     """The privsep entrypoints called, by name (they still run)."""
     seen = []
-    for name in ('rebind', 'reset_function', 'driver_reset',
+    for name in ('rebind', 'reset_function', 'driver_reset', 'set_vgpu_type',
                  'vfio_group_holders', 'set_mig_mode',
                  'create_gpu_instance', 'destroy_gpu_instance',
                  'set_persistence_mode'):
