@@ -11,10 +11,10 @@ from keystonemiddleware import auth_token
 from oslo_middleware import http_proxy_to_wsgi
 import pecan
 import pecan.core
+import pecan.routing
 
 from cyborg.api import errors
 from cyborg.api import guard
-from cyborg.api import hooks
 from cyborg.api import metrics
 from cyborg.api import middleware
 from cyborg.conf import CONF
@@ -25,8 +25,7 @@ class _Request(pecan.Request):
     """Handlers parse the JSON body themselves (base.body: a 400 for any
     malformed one). Pecan would parse it once more while routing, to pass
     it as keyword arguments no handler takes, and let the RecursionError
-    of a deeply nested body escape as a 500: it is told there is none.
-    """
+    of a deeply nested body escape as a 500: it is told there is none.    """
 
     @property
     def json(self):
@@ -76,10 +75,31 @@ def _remember_argspecs():
 _remember_argspecs()
 
 
+def _remember_observed_controllers():
+    """pecan 1.8 lists every attribute of each controller it walks
+    through (dir()) on every request, and uses the list only the first
+    time it meets the controller's class, to find custom path segments.
+    Classes it has met are skipped here, before that listing.
+    """
+    detect = pecan.routing._detect_custom_path_segments
+    if getattr(detect, 'remembers', False):
+        return
+    observed = getattr(pecan.routing, '__observed_controllers__')
+
+    def detect_once(obj):
+        if obj.__class__ not in observed:
+            detect(obj)
+    detect_once.remembers = True
+    pecan.routing._detect_custom_path_segments = detect_once
+
+
+_remember_observed_controllers()
+
+
 def _pecan_app():
     return _Pecan(
         'cyborg.api.controllers.root.RootController',
-        hooks=[hooks.ContextHook()], request_cls=_Request,
+        request_cls=_Request,
         force_canonical=False,
         guess_content_type_from_ext=False)
 

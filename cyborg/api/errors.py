@@ -41,7 +41,6 @@ class ErrorWrapper:
         self.app = app
 
     def __call__(self, environ, start_response):
-        request = webob.Request(environ)
         try:
             status, headers, body = _call(self.app, environ)
             if int(status[:3]) < 400:
@@ -49,10 +48,12 @@ class ErrorWrapper:
                 start_response(status, headers)
                 return body
             response = webob.Response(status=status, headerlist=headers,
-                                      app_iter=body, request=request)
+                                      app_iter=body,
+                                      request=webob.Request(environ))
         except db_exc.DBConnectionError as e:
             # An outage, not a bug: one line, no traceback; nothing was
             # committed (the transaction could not run or was rolled back).
+            request = webob.Request(environ)
             LOG.warning('%s %s: 503, database unreachable: %s',
                         request.method, request.path,
                         str(e.inner_exception or e).splitlines()[0][:200])

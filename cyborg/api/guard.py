@@ -70,6 +70,12 @@ class BodySizeLimit:
         return self.app(environ, start_response)
 
 
+def _nul():
+    # PostgreSQL cannot compare with, nor store, a NUL.
+    return exception.Invalid(
+        'The path or query string contains a NUL character.')
+
+
 class Parseable:
     """400/415 for what routing cannot parse.
 
@@ -85,6 +91,16 @@ class Parseable:
     def __call__(self, environ, start_response):
         media_type = environ.get('CONTENT_TYPE', '').split(';')[0]
         media_type = media_type.strip().lower()
+        if not environ.get('QUERY_STRING') and (
+                media_type == 'application/json' or (
+                    not media_type and environ.get('REQUEST_METHOD')
+                    != 'POST')):
+            # No query string, and a body webob does not parse as a form
+            # (webob parses a POST without a Content-Type as one): there
+            # are no parameters to check.
+            if '\x00' in environ.get('PATH_INFO', ''):
+                return _refuse(_nul(), environ, start_response)
+            return self.app(environ, start_response)
         if media_type.startswith('multipart/'):
             refused = UnsupportedMediaType(
                 media_type=exception.excerpt(media_type))
@@ -101,8 +117,5 @@ class Parseable:
         if '\x00' in environ.get('PATH_INFO', '') or any(
                 '\x00' in key or '\x00' in value
                 for key, value in params.items()):
-            # PostgreSQL cannot compare with, nor store, a NUL.
-            return _refuse(exception.Invalid(
-                'The path or query string contains a NUL character.'),
-                environ, start_response)
+            return _refuse(_nul(), environ, start_response)
         return self.app(environ, start_response)

@@ -1,13 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Pecan hooks: the request context every handler authorizes with."""
+"""The request context every handler authorizes with, made from the
+identity headers (keystonemiddleware's, or NoAuth's) once per request,
+when a handler first asks for it (controllers.base.context()).
+"""
 
-import pecan
+from cyborg import context as request_context
 
-from cyborg import context
+ENVIRON_KEY = 'cyborg.context'
 
 
-class ContextHook(pecan.hooks.PecanHook):
-
-    def before(self, state):
-        state.request.context = context.RequestContext.from_environ(
-            state.request.environ)
+def context(environ):
+    ctx = environ.get(ENVIRON_KEY)
+    if ctx is None:
+        ctx = environ[ENVIRON_KEY] = \
+            request_context.RequestContext.from_environ(environ)
+    return ctx

@@ -17,6 +17,8 @@ from cyborg.api import microversion
 from cyborg.common import exception
 
 PUBLIC_PATHS = ('/', '/v2', '/v2/')
+# The environ key of the header whose global request id RequestId checks.
+_INBOUND = 'HTTP_' + request_id.INBOUND_HEADER.upper().replace('-', '_')
 
 
 class Microversion:
@@ -80,7 +82,8 @@ class RequestId(request_id.RequestId):
     """
 
     def __call__(self, environ, start_response):
-        self.set_global_req_id(webob.Request(environ))
+        if _INBOUND in environ:
+            self.set_global_req_id(webob.Request(environ))
         req_id = context.generate_request_id()
         environ[request_id.ENV_REQUEST_ID] = req_id
         names = [request_id.HTTP_RESP_HEADER_REQUEST_ID] + list(

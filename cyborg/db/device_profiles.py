@@ -31,10 +31,12 @@ def _decode(row, profile=None):
             'created_at': created_at, 'updated_at': updated_at}
 
 
-_INSERT = DP.insert()
-# Statements built once, so SQLAlchemy reuses their compiled form.
-_BY = {'uuid': sa.select(*_COLUMNS).where(DP.c.uuid == sa.bindparam('v')),
-       'name': sa.select(*_COLUMNS).where(DP.c.name == sa.bindparam('v'))}
+_INSERT = api.Prepared(DP.insert())
+# Statements built once, and compiled once per database.
+_BY = {'uuid': api.Prepared(
+           sa.select(*_COLUMNS).where(DP.c.uuid == sa.bindparam('v'))),
+       'name': api.Prepared(
+           sa.select(*_COLUMNS).where(DP.c.name == sa.bindparam('v')))}
 
 
 def create(uuid, name, groups, description=None):

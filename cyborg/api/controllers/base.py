@@ -10,8 +10,10 @@ import re
 import jsonschema
 from oslo_utils import uuidutils
 import pecan
+import pecan.core
 
 from cyborg.api import errors
+from cyborg.api import hooks
 from cyborg.api import microversion
 from cyborg.common import exception
 from cyborg.conf import CONF
@@ -35,14 +37,14 @@ def handler(status=200):
                 result = fn(self, *args)
             except exception.CyborgException as e:
                 return errors.response_for(e)
-            response = pecan.response
+            response = pecan.core.state.response
             response.status = status
             if result is None:
                 response.body = b''
                 del response.content_type
             else:
                 response.content_type = 'application/json'
-                response.text = json.dumps(result)
+                response.body = json.dumps(result).encode()
             return response
         return wrapper
     return decorate
@@ -64,7 +66,8 @@ class _MethodNotAllowed(exception.CyborgException):
 
 
 def context():
-    return pecan.request.context
+    """The caller's request context, made when a handler first asks."""
+    return hooks.context(pecan.core.state.request.environ)
 
 
 def authorize(action, target=None):
@@ -72,7 +75,7 @@ def authorize(action, target=None):
 
 
 def version():
-    return pecan.request.environ[microversion.ENVIRON_KEY]
+    return pecan.core.state.request.environ[microversion.ENVIRON_KEY]
 
 
 def query(*allowed):
@@ -210,14 +213,28 @@ def _message(error):
 _LONG_QUOTED = re.compile("'([^']{%d,})'" % (exception.EXCERPT_LENGTH + 1))
 
 
+# application_url per (scheme, Host header, server name and port, script
+# name): a server sees a handful of these.
+_APPLICATION_URLS = {}
+_URL_KEYS = ('wsgi.url_scheme', 'HTTP_HOST', 'SERVER_NAME', 'SERVER_PORT',
+             'SCRIPT_NAME')
+
+
 def base_url():
-    """Where links point; computed once per request."""
-    environ = pecan.request.environ
-    url = environ.get('cyborg.base_url')
+    """Where links point: [api] public_endpoint, or the request's own
+    application URL.
+    """
+    public = CONF.api.public_endpoint
+    if public:
+        return public.rstrip('/')
+    request = pecan.core.state.request
+    environ = request.environ
+    key = tuple(environ.get(k) for k in _URL_KEYS)
+    url = _APPLICATION_URLS.get(key)
     if url is None:
-        url = environ['cyborg.base_url'] = (
-            CONF.api.public_endpoint or pecan.request.application_url
-        ).rstrip('/')
+        if len(_APPLICATION_URLS) > 1000:
+            _APPLICATION_URLS.clear()
+        url = _APPLICATION_URLS[key] = request.application_url.rstrip('/')
     return url
 
 
