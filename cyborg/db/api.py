@@ -573,6 +573,20 @@ def dispose():
     _dispose(old)
 
 
+def in_(column, name, count):
+    """`column IN (:name_0, ..., :name_<count-1>)`: an IN list of a fixed
+    length, which a Prepared statement can hold (an expanding bind
+    parameter is expanded by SQLAlchemy on every execution).
+    """
+    return column.in_([sa.bindparam('%s_%d' % (name, i))
+                       for i in range(count)])
+
+
+def in_params(name, values):
+    """The parameters of in_(column, name, len(values))."""
+    return {'%s_%d' % (name, i): v for i, v in enumerate(values)}
+
+
 def page(query, table, after_marker, limited):
     """`query` ordered by id, after the item whose id is the bound
     `marker_id` and up to the bound `limit` when asked (see bounds()).

@@ -88,8 +88,14 @@ def create_from_profile(name, plan, project_id):
         raise exception.not_found('Device Profile', name=name)
 
 
-_CREATED = _SELECT.where(
-    ARQ.c.uuid.in_(sa.bindparam('uuids', expanding=True))).order_by(ARQ.c.id)
+_INSERT = api.Prepared(ARQ.insert())
+
+
+@functools.lru_cache(maxsize=64)
+def _created(count):
+    """The rows of `count` new ARQs (bound `uuid_<i>`), in id order."""
+    return api.Prepared(_SELECT.where(api.in_(ARQ.c.uuid, 'uuid', count))
+                        .order_by(ARQ.c.id))
 
 
 def _insert(session, device_profile_id, counts, project_id):
@@ -105,9 +111,9 @@ def _insert(session, device_profile_id, counts, project_id):
                            'project_id': project_id})
     if not values:
         return []
-    session.execute(ARQ.insert(), values)
+    session.execute(_INSERT, values)
     return [_decode(r) for r in api.rows(
-        session.execute(_CREATED, {'uuids': uuids}))]
+        session.execute(_created(len(uuids)), api.in_params('uuid', uuids)))]
 
 
 @functools.lru_cache(maxsize=None)
@@ -155,34 +161,44 @@ def instance_unresolved(instance_uuid, project_id=None):
         return session.execute(query).first() is not None
 
 
+@functools.lru_cache(maxsize=None)
+def _get_statement(by_project):
+    query = _SELECT.where(ARQ.c.uuid == sa.bindparam('uuid'))
+    if by_project:
+        query = query.where(ARQ.c.project_id == sa.bindparam('project_id'))
+    return api.Prepared(query)
+
+
 def get(uuid, project_id=None):
+    params = {'uuid': uuid}
+    if project_id is not None:
+        params['project_id'] = project_id
     with api.reader() as session:
-        row = session.execute(
-            _scoped(_SELECT, project_id).where(ARQ.c.uuid == uuid)
-        ).mappings().first()
+        row = session.execute(_get_statement(project_id is not None),
+                              params).mappings().first()
     if row is None:
         raise exception.not_found('ExtArq', uuid=uuid)
     return _decode(row)
 
 
-@functools.lru_cache(maxsize=None)
-def _locking_read(by_project):
+@functools.lru_cache(maxsize=256)
+def _locking_read(by_project, count):
     query = sa.select(
         ARQ.c.id, ARQ.c.uuid, ARQ.c.state, ARQ.c.instance_uuid,
-        ARQ.c.attach_handle_id).where(
-        ARQ.c.uuid.in_(sa.bindparam('uuids', expanding=True)))
+        ARQ.c.attach_handle_id).where(api.in_(ARQ.c.uuid, 'uuid', count))
     if by_project:
         query = query.where(ARQ.c.project_id == sa.bindparam('project_id'))
-    return query.with_for_update()
+    return api.Prepared(query.with_for_update())
 
 
 def _require_all(session, uuids, project_id):
     """Lock and return {uuid: row} for all uuids, or raise 404."""
-    params = {'uuids': list(uuids)}
+    params = api.in_params('uuid', uuids)
     if project_id is not None:
         params['project_id'] = project_id
     found = {r['uuid']: r for r in session.execute(
-        _locking_read(project_id is not None), params).mappings()}
+        _locking_read(project_id is not None, len(uuids)),
+        params).mappings()}
     for uuid in uuids:
         if uuid not in found:
             raise exception.not_found('ExtArq', uuid=uuid)
@@ -355,6 +371,11 @@ def _delete(session, arq_rows):
     arq_rows = list(arq_rows)
     if not arq_rows:
         return []
-    session.execute(ARQ.delete().where(
-        ARQ.c.id.in_([r['id'] for r in arq_rows])))
+    session.execute(_deleting(len(arq_rows)),
+                    api.in_params('id', [r['id'] for r in arq_rows]))
     return _free_handles(session, arq_rows)
+
+
+@functools.lru_cache(maxsize=64)
+def _deleting(count):
+    return api.Prepared(ARQ.delete().where(api.in_(ARQ.c.id, 'id', count)))

@@ -20,7 +20,9 @@ _COLUMNS = (DP.c.id, DP.c.uuid, DP.c.name, DP.c.description,
 
 def _decode(row, profile=None):
     """A row of _COLUMNS as a dict; `profile` is its profile_json when the
-    caller has decoded it already. (Plain tuples unpack faster than
+    caller has decoded it already. The stored JSON stays beside the groups
+    decoded from it (with the other columns, it identifies a profile's
+    serialized form). (Plain tuples unpack faster than
     SQLAlchemy's mappings, which counted on 200-item lists.)
     """
     id_, uuid, name, description, profile_json, created_at, updated_at = row
@@ -28,6 +30,7 @@ def _decode(row, profile=None):
         profile = json.loads(profile_json)
     return {'id': id_, 'uuid': uuid, 'name': name,
             'description': description, 'groups': profile['groups'],
+            'profile_json': profile_json,
             'created_at': created_at, 'updated_at': updated_at}
 
 
@@ -69,7 +72,11 @@ def _list_statement(by_names, after_marker, limited):
     return api.page(query, DP, after_marker, limited)
 
 
-def list_(names=None, limit=None, marker=None):
+def list_(names=None, limit=None, marker=None, groups=True):
+    """Profiles in id order. groups=False: without their decoded groups
+    (the caller has them from its serialized-form cache, or decodes the
+    `profile_json` of those it needs).
+    """
     with api.reader() as session:
         params = api.bounds(session, DP, limit, marker)
         if names is not None:
@@ -77,10 +84,20 @@ def list_(names=None, limit=None, marker=None):
         query = _list_statement(names is not None, marker is not None,
                                 limit is not None)
         rows = session.execute(query, params).all()
+    if not groups:
+        return [_decode(r, _NOT_DECODED) for r in rows]
     # Every row's profile_json as one JSON document: one decoder call
     # instead of one per profile.
     profiles = json.loads('[%s]' % ','.join(r[4] for r in rows))
     return [_decode(r, p) for r, p in zip(rows, profiles)]
+
+
+def groups_of(dp):
+    """The groups of a profile from list_(groups=False)."""
+    return json.loads(dp['profile_json'])['groups']
+
+
+_NOT_DECODED = {'groups': None}
 
 
 def get_by_uuid(uuid):
@@ -114,7 +131,18 @@ def delete_by_names(names):
     _delete(DP.c.name, names, 'name')
 
 
+_LOCK_ONE = {
+    key: api.Prepared(sa.select(DP.c.id, DP.c.name).where(
+        DP.c[key] == sa.bindparam('v')).with_for_update())
+    for key in ('uuid', 'name')}
+_ARQS_OF = api.Prepared(sa.select(sa.func.count()).where(
+    ARQ.c.device_profile_id == sa.bindparam('dp_id')))
+_DELETE_ONE = api.Prepared(DP.delete().where(DP.c.id == sa.bindparam('dp_id')))
+
+
 def _delete(column, values, key):
+    if len(values) == 1:
+        return _delete_one(key, values[0])
     with api.writer() as session:
         found = session.execute(
             sa.select(DP.c.id, DP.c.name, column.label('key'))
@@ -138,3 +166,20 @@ def _delete(column, values, key):
         except db_exc.DBReferenceError:
             # An ARQ was created against the profile after our check.
             raise exception.DeviceProfileInUse(name=found[0]['name'], count=1)
+
+
+def _delete_one(key, value):
+    """_delete() of one profile, with statements prepared once."""
+    with api.writer() as session:
+        found = session.execute(_LOCK_ONE[key], {'v': value}).first()
+        if found is None:
+            raise exception.not_found('Device Profile', **{key: value})
+        dp_id, name = found
+        count = session.execute(_ARQS_OF, {'dp_id': dp_id}).scalar()
+        if count:
+            raise exception.DeviceProfileInUse(name=name, count=count)
+        try:
+            session.execute(_DELETE_ONE, {'dp_id': dp_id})
+        except db_exc.DBReferenceError:
+            # An ARQ was created against the profile after our check.
+            raise exception.DeviceProfileInUse(name=name, count=1)

@@ -42,12 +42,42 @@ def handler(status=200):
             if result is None:
                 response.body = b''
                 del response.content_type
+            elif isinstance(result, Encoded):
+                response.content_type = 'application/json'
+                response.body = result.encode()
             else:
                 response.content_type = 'application/json'
                 response.body = json.dumps(result).encode()
             return response
         return wrapper
     return decorate
+
+
+class Encoded(str):
+    """A handler's answer already encoded as JSON text."""
+
+
+def collection(key, items_json):
+    """json.dumps({key: items}) from each item's json.dumps()."""
+    return Encoded('{%s: [%s]}' % (json.dumps(key), ', '.join(items_json)))
+
+
+class EncodedCache:
+    """JSON text of items, keyed by everything their serialized form is
+    made of (so a hit is what encoding anew would give), up to `size`.
+    """
+
+    def __init__(self, size=4096):
+        self.size = size
+        self._items = {}
+
+    def get(self, key, serialize):
+        text = self._items.get(key)
+        if text is None:
+            if len(self._items) >= self.size:
+                self._items.clear()
+            text = self._items[key] = json.dumps(serialize())
+        return text
 
 
 def not_allowed(allowed):

@@ -31,6 +31,18 @@ def serialize(dp, url=None):
             'updated_at': base.isotime(dp['updated_at'])}
 
 
+# A profile never changes once created: its JSON in a list is kept per
+# (stored columns, base URL).
+_LISTED = base.EncodedCache()
+
+
+def _listed(dp, url):
+    return _LISTED.get(
+        (dp['uuid'], dp['name'], dp['description'], dp['profile_json'],
+         dp['created_at'], dp['updated_at'], url),
+        lambda: serialize(dict(dp, groups=db.groups_of(dp)), url))
+
+
 def _normalize_group(group):
     """Validate one request group; return it with canonical keys/values."""
     out = {}
@@ -142,9 +154,10 @@ class DeviceProfilesController:
         names = params.get('name')
         names = [n for n in names.split(',') if n] if names is not None \
             else None
-        dps = db.list_(names=names, **base.pagination(params))
+        dps = db.list_(names=names, groups=False, **base.pagination(params))
         url = base.base_url()
-        return {'device_profiles': [serialize(dp, url) for dp in dps]}
+        return base.collection('device_profiles',
+                               [_listed(dp, url) for dp in dps])
 
     @index.when(method='POST')
     @base.handler(201)
