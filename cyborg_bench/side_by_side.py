@@ -339,17 +339,19 @@ def run_all(args, p, workdir):
         runs['floor'] = bench('floor', floor_url, workdir, ['noop'], args,
                               common_args(p, p['time_limit'], p['sizes']))
         floor.stop()
+        runs['storage'] = storage_costs(workdir)
 
+        compared = _compared(args)
         api, url, db_url = start_ours(workdir, args.workers)
         procs.append(api)
         runs['ours'] = bench(
-            'ours', url, workdir, COMPARED, args,
+            'ours', url, workdir, compared, args,
             common_args(p, p['time_limit'], p['sizes'])
             + ['--seed-db', db_url])
         runs['ours-concurrency'] = bench(
             'ours-concurrency', url, workdir,
-            ['dp-create', 'dp-get', 'dp-list', 'arq-create', 'lookup',
-             'boot'], args,
+            [w for w in ('dp-create', 'dp-get', 'dp-list', 'arq-create',
+                         'lookup', 'boot') if w in compared], args,
             common_args(p, p['time_limit'], p['sizes'][:1])
             + ['--seed-db', db_url, '--concurrency',
                ','.join(map(str, p['concurrency'][1:]))])
@@ -362,11 +364,13 @@ def run_all(args, p, workdir):
             procs += [api, conductor]
             small = [s for s in p['sizes'] if s <= 10000]
             runs['reference'] = bench(
-                'reference', url, workdir, COMPARED + ['bind'], args,
+                'reference', url, workdir,
+                compared + (['bind'] if args.aio else []), args,
                 common_args(p, p['ref_time_limit'], small)
                 + ['--seed-db', db_url, '--no-bind-reason', NO_BIND])
             runs['reference']['meta']['schema'] = schema
-            for size in p['sizes'][len(small):]:
+            for size in (p['sizes'][len(small):]
+                         if 'lookup' in compared else []):
                 # Seconds to minutes per request here: one lookup, bounded
                 # by --ref-request-timeout, last (an abandoned request
                 # would hold a worker).
@@ -381,7 +385,8 @@ def run_all(args, p, workdir):
             api.stop()
             conductor.stop()
 
-        runs['ours-aio'] = bench_aio(args, p, workdir)
+        if args.aio:
+            runs['ours-aio'] = bench_aio(args, p, workdir)
 
     finally:
         for proc in procs:
@@ -390,6 +395,63 @@ def run_all(args, p, workdir):
         if vhost is not None:
             vhost.delete()
     return runs
+
+
+# The limit of each workload at one client: the no-op app's request (on
+# the same server) per request, plus one durable commit per write and one
+# indexed read per read: (requests, commits, reads).
+LIMIT_OF = {'noop': (1, 0, 0), 'dp-create': (1, 1, 0), 'dp-get': (1, 0, 1),
+            'dp-delete': (1, 1, 0), 'dp-list': (1, 0, 1),
+            'arq-create': (1, 1, 0), 'boot': (3, 2, 1)}
+
+
+def storage_costs(workdir, commits=300, reads=2000):
+    """p50 ms of one durable commit (INSERT + COMMIT, SQLite WAL with its
+    default synchronous=FULL, BEGIN IMMEDIATE as our writers) and of one
+    read by primary key, on a SQLite file in `workdir`, with the driver
+    alone.
+    """
+    import sqlite3
+    path = os.path.join(workdir, 'limit.sqlite')
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute('PRAGMA journal_mode=WAL')
+    conn.execute('CREATE TABLE t (k TEXT PRIMARY KEY, v TEXT)')
+    keys, commit_ms, read_ms = [], [], []
+    for _ in range(commits):
+        key = uuid.uuid4().hex
+        started = time.perf_counter()
+        conn.execute('BEGIN IMMEDIATE')
+        conn.execute('INSERT INTO t VALUES (?, ?)', (key, 'x' * 200))
+        conn.execute('COMMIT')
+        commit_ms.append(1000 * (time.perf_counter() - started))
+        keys.append(key)
+    for i in range(reads):
+        started = time.perf_counter()
+        conn.execute('BEGIN')
+        conn.execute('SELECT v FROM t WHERE k = ?',
+                     (keys[i % len(keys)],)).fetchall()
+        conn.execute('COMMIT')
+        read_ms.append(1000 * (time.perf_counter() - started))
+    conn.close()
+    commit_ms.sort()
+    read_ms.sort()
+    return {'commit_p50_ms': round(commit_ms[len(commit_ms) // 2], 4),
+            'read_p50_ms': round(read_ms[len(read_ms) // 2], 4),
+            'synchronous': 'FULL (SQLite default)', 'journal_mode': 'WAL'}
+
+
+def _compared(args):
+    if not args.workloads:
+        return list(COMPARED)
+    names = [w for w in args.workloads.split(',') if w]
+    unknown = sorted(set(names) - set(COMPARED))
+    if unknown:
+        raise SystemExit('unknown workloads %s (of %s)'
+                         % (', '.join(unknown), ', '.join(COMPARED)))
+    if 'dp-get' in names or 'dp-delete' in names:
+        # They use the profiles dp-create made.
+        names = ['dp-create'] + [w for w in names if w != 'dp-create']
+    return [w for w in COMPARED if w in names]
 
 
 def bench_aio(args, p, workdir):
@@ -484,6 +546,16 @@ def ratios(runs):
     """
     floor = _index(runs['floor']).get(('noop', None, 1))
     rows = compare(runs['ours'], runs.get('reference'), floor)
+    storage = runs.get('storage')
+    for row in rows:
+        parts = LIMIT_OF.get(row['workload'])
+        if parts and storage and floor and floor.get('p50_ms') and \
+                row.get('ours_p50_ms'):
+            limit = (parts[0] * floor['p50_ms']
+                     + parts[1] * storage['commit_p50_ms']
+                     + parts[2] * storage['read_p50_ms'])
+            row['limit_p50_ms'] = round(limit, 3)
+            row['p50_over_limit'] = round(row['ours_p50_ms'] / limit, 2)
     ref_not_run = {r['workload']: r['not_run']
                    for r in runs.get('reference', {}).get('results', [])
                    if 'not_run' in r}
@@ -506,11 +578,13 @@ def _num(x):
     return '%.3g' % x if x < 100 else '{:,}'.format(round(x))
 
 
-def markdown(rows, floor=None):
+def markdown(rows, floor=None, storage=None):
     lines = ['| workload | rows | ours op/s | ours p50 ms | ours p99 ms '
              '| reference op/s | reference p50 ms | reference p99 ms '
-             '| ratio (op/s) | ratio (p50) | of floor |',
-             '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+             '| ratio (op/s) | ratio (p50) | of floor | limit p50 ms '
+             '| ours p50 / limit |',
+             '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:'
+             '|---:|']
     for r in rows:
         ratio = '%s×' % _num(r['ratio']) if 'ratio' in r else '–'
         p50_ratio = ('%s×' % _num(r['p50_ratio']) if 'p50_ratio' in r
@@ -532,16 +606,24 @@ def markdown(rows, floor=None):
             name += ' (lists %s%s)' % (
                 r['ours_listed'], ' vs %s' % r['ref_listed']
                 if 'ref_listed' in r else '')
-        lines.append('| %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
-            name, '{:,}'.format(r['rows']) if r['rows'] else '',
-            _num(r['ours_ops_per_s']), r['ours_p50_ms'], r['ours_p99_ms'],
-            ref, ratio, p50_ratio,
-            '%.0f%%' % (100 * r['share_of_floor'])
-            if 'share_of_floor' in r else ''))
+        lines.append(
+            '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
+                name, '{:,}'.format(r['rows']) if r['rows'] else '',
+                _num(r['ours_ops_per_s']), r['ours_p50_ms'], r['ours_p99_ms'],
+                ref, ratio, p50_ratio,
+                '%.0f%%' % (100 * r['share_of_floor'])
+                if 'share_of_floor' in r else '',
+                r.get('limit_p50_ms', ''),
+                '%.2f×' % r['p50_over_limit'] if 'p50_over_limit' in r
+                else ''))
     if floor:
         lines.append('\nFloor (no-op app, same uWSGI): %.1f req/s, p50 %s '
                      'ms, p99 %s ms' % (floor['ops_per_s'], floor['p50_ms'],
                                         floor['p99_ms']))
+    if storage:
+        lines.append('One durable commit (SQLite WAL, synchronous=FULL): p50 '
+                     '%s ms; one read by primary key: p50 %s ms'
+                     % (storage['commit_p50_ms'], storage['read_p50_ms']))
     return '\n'.join(lines)
 
 
@@ -557,6 +639,12 @@ def add_arguments(parser):
     parser.add_argument('--ref-request-timeout', type=int, default=240,
                         help='bound on one reference lookup above 10k ARQs '
                              '(s; default 240)')
+    parser.add_argument('--workloads', metavar='LIST',
+                        help='comma-separated subset of %s (default: all)'
+                             % ','.join(COMPARED))
+    parser.add_argument('--no-aio', dest='aio', action='store_false',
+                        help='skip bind and the bound boot flow '
+                             '(cyborg-aio)')
     parser.add_argument('--json', metavar='FILE')
     parser.add_argument('--keep', action='store_true',
                         help='keep the temp dir (logs, databases)')
@@ -587,7 +675,7 @@ def run(args):
     rows = ratios(runs)
     floor = _index(runs['floor']).get(('noop', None, 1))
     print('\n## Side by side (one client; ratio = ours / reference)\n')
-    print(markdown(rows, floor))
+    print(markdown(rows, floor, runs.get('storage')))
 
     print('\nload average %s → %s; %.0f s in all'
           % (meta['loadavg_start'][0], meta['loadavg_end'][0],
@@ -598,5 +686,5 @@ def run(args):
                       f, indent=2)
     # Wrong answers; a reference lookup that ran past its bound is not one.
     failed = sum(r.get('errors', 0) for doc in runs.values()
-                 for r in doc['results'] if not r.get('timeout_s'))
+                 for r in doc.get('results', []) if not r.get('timeout_s'))
     return 1 if failed else 0

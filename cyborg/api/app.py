@@ -25,7 +25,8 @@ class _Request(pecan.Request):
     """Handlers parse the JSON body themselves (base.body: a 400 for any
     malformed one). Pecan would parse it once more while routing, to pass
     it as keyword arguments no handler takes, and let the RecursionError
-    of a deeply nested body escape as a 500: it is told there is none.    """
+    of a deeply nested body escape as a 500: it is told there is none.
+    """
 
     @property
     def json(self):

@@ -18,20 +18,26 @@ _COLUMNS = (DP.c.id, DP.c.uuid, DP.c.name, DP.c.description,
             DP.c.profile_json, DP.c.created_at, DP.c.updated_at)
 
 
+_NOT_DECODED = object()
+
+
 def _decode(row, profile=None):
     """A row of _COLUMNS as a dict; `profile` is its profile_json when the
-    caller has decoded it already. The stored JSON stays beside the groups
-    decoded from it (with the other columns, it identifies a profile's
-    serialized form). (Plain tuples unpack faster than
-    SQLAlchemy's mappings, which counted on 200-item lists.)
+    caller has decoded it already, _NOT_DECODED to leave it as the stored
+    JSON text (`profile_json` instead of `groups`). (Plain tuples unpack
+    faster than SQLAlchemy's mappings, which counted on 200-item lists.)
     """
     id_, uuid, name, description, profile_json, created_at, updated_at = row
     if profile is None:
         profile = json.loads(profile_json)
-    return {'id': id_, 'uuid': uuid, 'name': name,
-            'description': description, 'groups': profile['groups'],
-            'profile_json': profile_json,
-            'created_at': created_at, 'updated_at': updated_at}
+    out = {'id': id_, 'uuid': uuid, 'name': name,
+           'description': description,
+           'created_at': created_at, 'updated_at': updated_at}
+    if profile is _NOT_DECODED:
+        out['profile_json'] = profile_json
+    else:
+        out['groups'] = profile['groups']
+    return out
 
 
 _INSERT = api.Prepared(DP.insert())
@@ -73,9 +79,10 @@ def _list_statement(by_names, after_marker, limited):
 
 
 def list_(names=None, limit=None, marker=None, groups=True):
-    """Profiles in id order. groups=False: without their decoded groups
-    (the caller has them from its serialized-form cache, or decodes the
-    `profile_json` of those it needs).
+    """Profiles in id order. groups=False: their stored JSON text
+    (`profile_json`) instead of the decoded `groups` (the API keeps each
+    listed profile's answer per stored columns, and decodes only those
+    it has not seen; groups_of() decodes one).
     """
     with api.reader() as session:
         params = api.bounds(session, DP, limit, marker)
@@ -95,9 +102,6 @@ def list_(names=None, limit=None, marker=None, groups=True):
 def groups_of(dp):
     """The groups of a profile from list_(groups=False)."""
     return json.loads(dp['profile_json'])['groups']
-
-
-_NOT_DECODED = {'groups': None}
 
 
 def get_by_uuid(uuid):

@@ -157,7 +157,7 @@ def require_uuid(value, what='uuid'):
 def body(schema=None):
     """The parsed JSON body, validated against `schema` when given."""
     try:
-        data = json.loads(pecan.request.body or b'null')
+        data = json.loads(_raw_body() or b'null')
     except ValueError:
         raise exception.Invalid('Malformed JSON in request body.')
     except RecursionError:
@@ -167,6 +167,22 @@ def body(schema=None):
     if schema is not None:
         validate(data, schema)
     return data
+
+
+def _raw_body():
+    """The request body. Read straight from the input when its length is
+    declared (BodySizeLimit has checked it, and given a chunked body one)
+    and nothing has read it yet; otherwise webob's copy of it.
+    """
+    request = pecan.core.state.request
+    environ = request.environ
+    length = environ.get('CONTENT_LENGTH')
+    if length and length.isdigit() and 'webob.is_body_seekable' not in \
+            environ and 'cyborg.body' not in environ:
+        environ['cyborg.body'] = environ['wsgi.input'].read(int(length))
+    if 'cyborg.body' in environ:
+        return environ['cyborg.body']
+    return request.body
 
 
 # NUL (PostgreSQL refuses it in text) and unpaired UTF-16 surrogates
