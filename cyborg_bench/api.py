@@ -196,8 +196,10 @@ class Server(processes.Process):
     """gunicorn serving cyborg.wsgi.api:application in a subprocess."""
 
     def __init__(self, config, workdir, workers, threads, worker_class,
-                 timeout=60.0):
+                 timeout=60.0, app='cyborg.wsgi.api:application',
+                 ready_path='/v2/device_profiles'):
         self.port = net.free_port()
+        self.ready_path = ready_path
         cmd = [sys.executable, '-m', 'gunicorn',
                '--bind', '%s:%d' % (HOST, self.port),
                '--workers', str(workers),
@@ -208,7 +210,7 @@ class Server(processes.Process):
                '--log-level', 'warning',
                '--error-logfile', '-',
                '--no-control-socket',
-               'cyborg.wsgi.api:application']
+               app]
         super().__init__('gunicorn', cmd, workdir, cwd=workdir,
                          env={'CYBORG_CONFIG_FILE': config})
         try:
@@ -220,7 +222,7 @@ class Server(processes.Process):
     def _answers(self):
         client = Client(self.port, 2)
         try:
-            return client.request('GET', '/v2/device_profiles')[0] == 200
+            return client.request('GET', self.ready_path)[0] == 200
         except OSError:
             return False
         finally:

@@ -134,11 +134,15 @@ class Workloads:
             'DELETE', '/v2/device_profiles/%s' % todo[i], expect=204)
 
     def dp_list(self, n):
-        have = json.loads(self.call('GET', '/v2/device_profiles'))[
-            'device_profiles']
-        for p in have[200:]:
-            self.call('DELETE', '/v2/device_profiles/%s' % p['uuid'],
-                      expect=204)
+        while True:
+            # A page holds up to [api] max_limit: trim until 200 are left.
+            have = json.loads(self.call('GET', '/v2/device_profiles'))[
+                'device_profiles']
+            if len(have) <= 200:
+                break
+            for p in have[200:]:
+                self.call('DELETE', '/v2/device_profiles/%s' % p['uuid'],
+                          expect=204)
         for _ in range(200 - len(have)):
             self.call('POST', '/v2/device_profiles', self._dp(), expect=201)
 

@@ -135,6 +135,8 @@ def test_endpoint_accepts_the_v2_url_or_the_root():
     ['nvidia', '--gpus', '1', '--mig-binds', '1'],
     ['side-by-side', '--quick', '--skip-reference'],
     ['soak', '--minutes', '0.1'],
+    ['profile', '--db', 'postgresql', '--calls'],
+    ['per-db', '--db', 'mysql'],
 ])
 def test_every_subcommand_parses_its_arguments(argv):
     args = cli.parser().parse_args(argv)
@@ -209,6 +211,34 @@ def test_side_by_side_ratios_bounds_and_not_run():
     table = sbs.markdown(list(rows.values()))
     assert '> 240 s' in table and '> 96000×' in table
     assert '(3 done, time cap)' in table
+
+
+def test_side_by_side_limit_is_floor_plus_commits_and_reads():
+    runs = {'floor': {'results': [_result('noop', 3000.0, 0.3)]},
+            'storage': {'commit_p50_ms': 0.5, 'read_p50_ms': 0.05},
+            'ours': {'results': [_result('dp-create', 500.0, 1.6),
+                                 _result('dp-get', 1000.0, 0.7),
+                                 _result('boot', 100.0, 3.0)]}}
+    rows = {r['workload']: r for r in side_by_side.ratios(runs)}
+    assert rows['dp-create']['limit_p50_ms'] == 0.8       # floor + commit
+    assert rows['dp-create']['p50_over_limit'] == 2.0
+    assert rows['dp-get']['limit_p50_ms'] == 0.35         # floor + read
+    # Three requests, two commits (create, delete), one read (GET).
+    assert rows['boot']['limit_p50_ms'] == pytest.approx(
+        3 * 0.3 + 2 * 0.5 + 0.05)
+    table = side_by_side.markdown(list(rows.values()), None,
+                                  runs['storage'])
+    assert '| 2.00× |' in table and 'synchronous=FULL' in table
+
+
+def test_side_by_side_workloads_keep_dp_create_for_what_needs_it():
+    args = cli.parser().parse_args(['side-by-side', '--workloads',
+                                    'dp-get,noop', '--no-aio'])
+    assert side_by_side._compared(args) == ['noop', 'dp-create', 'dp-get']
+    assert args.aio is False
+    args = cli.parser().parse_args(['side-by-side', '--workloads', 'nope'])
+    with pytest.raises(SystemExit):
+        side_by_side._compared(args)
 
 
 def test_side_by_side_runs_the_load_generator_as_a_subcommand(

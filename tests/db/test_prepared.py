@@ -1,0 +1,78 @@
+# SPDX-License-Identifier: Apache-2.0
+"""cyborg.db.api's Prepared statements (run on the driver's cursor) give
+what SQLAlchemy's own execution gives, on every backend.
+"""
+
+import datetime
+
+from oslo_db import exception as db_exc
+from oslo_utils import uuidutils
+import pytest
+import sqlalchemy as sa
+
+from cyborg.db import api
+from cyborg.db import models
+
+DP = models.DeviceProfile.__table__
+INSERT = api.Prepared(DP.insert())
+BY_UUID = api.Prepared(sa.select(DP).where(DP.c.uuid == sa.bindparam('u')))
+
+
+def _insert(session, name):
+    uuid = uuidutils.generate_uuid()
+    session.execute(INSERT, {'uuid': uuid, 'name': name,
+                             'profile_json': '{"groups": []}'})
+    return uuid
+
+
+def test_rows_are_what_sqlalchemy_returns(database):
+    with api.writer() as session:
+        uuid = _insert(session, 'p1')
+    with api.reader() as session:
+        fast = session.execute(BY_UUID, {'u': uuid})
+        keys = fast.keys()
+        fast = fast.one()
+        slow = session.execute(BY_UUID.statement, {'u': uuid}).one()
+    assert keys == list(DP.c.keys())
+    assert tuple(fast) == tuple(slow)
+    # The Python default ran, and SQLite's text came back as a datetime.
+    assert isinstance(fast[keys.index('created_at')], datetime.datetime)
+
+
+def test_driver_errors_are_translated_as_sqlalchemy_would(database):
+    with api.writer() as session:
+        _insert(session, 'same')
+    with pytest.raises(db_exc.DBDuplicateEntry):
+        with api.writer() as session:
+            _insert(session, 'same')
+
+
+def test_statements_share_one_transaction_and_roll_back_together(database):
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom):
+        with api.writer() as session:
+            uuid = _insert(session, 'gone')
+            # An expanding IN list runs through SQLAlchemy, on the same
+            # connection: it sees the uncommitted row.
+            seen = session.execute(
+                sa.select(DP.c.uuid).where(DP.c.uuid.in_([uuid]))).all()
+            assert [r[0] for r in seen] == [uuid]
+            _insert(session, 'gone-too')
+            raise Boom()
+    with api.reader() as session:
+        assert session.execute(sa.select(sa.func.count()).select_from(
+            DP)).scalar() == 0
+
+
+def test_fixed_length_in_lists_and_rowcount(database):
+    with api.writer() as session:
+        uuids = [_insert(session, 'n%d' % i) for i in range(3)]
+    delete = api.Prepared(DP.delete().where(api.in_(DP.c.uuid, 'u', 2)))
+    with api.writer() as session:
+        gone = session.execute(delete, api.in_params('u', uuids[:2]))
+    assert gone.rowcount == 2
+    with api.reader() as session:
+        left = session.execute(sa.select(DP.c.uuid)).all()
+    assert [r[0] for r in left] == uuids[2:]
