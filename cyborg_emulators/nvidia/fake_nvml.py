@@ -28,11 +28,19 @@ import pynvml as N
 from cyborg.common import pci
 from cyborg.drivers.nvidia import models
 from cyborg_emulators.nvidia import fake_vgpu
+from cyborg_emulators.nvidia import mig_rules
 
 NA_ID = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId outside MIG
 NOT_AVAILABLE = N.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 XID_FALLEN_OFF_BUS = 79
-DEFAULT_EVENT_TYPES = N.nvmlEventTypeAll  # what a real H200 reports
+# The event types a model supports unless its capture records
+# `supported_event_types`: XID, double- and single-bit ECC (0xB), the mask
+# the real H200 registered (tests/fixtures/nvml/h200-real-health-check.json
+# event_mask 11).  That capture did not record the full supported mask;
+# tools/nvidia_host_check.py now does (`supported_event_types`).
+DEFAULT_EVENT_TYPES = (N.nvmlEventTypeXidCriticalError
+                       | N.nvmlEventTypeDoubleBitEccError
+                       | N.nvmlEventTypeSingleBitEccError)
 
 # What one GI uses of the whole GPU; the 7g row holds the totals.
 _BUDGETS = ('sliceCount', 'copyEngineCount', 'decoderCount',
@@ -210,7 +218,8 @@ def c_symbols(name):
 class _Profile:
     """One GPU-instance profile of a model (a capture `gi_profiles` row)."""
 
-    def __init__(self, entry):
+    def __init__(self, entry, hopper_or_newer=False):
+        self.hopper_or_newer = hopper_or_newer
         self.enum = entry['enum']
         self.info = entry['info']
         self.id = self.info['id']
@@ -226,9 +235,9 @@ class _Profile:
         """{CI profile id: v2 info} for CIs that fit this GI."""
         slices = self.info['sliceCount']
         out = {}
-        for ci_slices, ci_id in _CI_PROFILES.items():
-            if ci_slices > slices:
-                continue
+        # The fixed set per GI size (mig_rules.ci_profile_set cites it).
+        for ci_id, ci_slices in mig_rules.ci_profile_set(
+                slices, self.hopper_or_newer):
             name = self.name if ci_slices == slices else self.name.replace(
                 'MIG ', 'MIG %dc.' % ci_slices, 1)
             out[ci_id] = {
@@ -313,12 +322,22 @@ class _Gpu:
         if spec.get('numa_node') is not None:
             self.values['numa_node'] = spec['numa_node']
             self.errors.pop('numa_node', None)
+        if spec.get('virtualization_mode') is not None:
+            # NONE (0) on a bare-metal host, PASSTHROUGH (1) in a VM guest.
+            self.values['virtualization_mode'] = spec['virtualization_mode']
+            self.errors.pop('virtualization_mode', None)
         self.events = model.get('supported_event_types', DEFAULT_EVENT_TYPES)
+        # MIG mode section: NVML clients other than the caller that hold
+        # the GPU open (DCGM, nvidia-persistenced), and whether the GPU
+        # left the nvidia driver since NVML last enumerated it.
+        self.other_clients = set()
+        self.left_driver = False
         self.profile_enums = {}
         for entry in model.get('gi_profiles', []):
             code = _error_code(entry['info'])
             self.profile_enums[entry['enum']] = (
-                code if code is not None else _Profile(entry))
+                code if code is not None
+                else _Profile(entry, self.hopper_or_newer))
         self.profiles = {p.id: p for p in self.profile_enums.values()
                          if isinstance(p, _Profile)}
         self.handle = N.struct_c_nvmlDevice_t()
@@ -405,20 +424,22 @@ class _Gpu:
         return len(taken) - len(self.gis)
 
     def first_free_start(self, profile):
+        """Where NVML puts a GI created without a placement."""
         taken = self.taken()
-        for start in profile.starts:
-            if not self.placement_error(profile, start, taken):
-                return start
-        raise _Return(N.NVML_ERROR_INSUFFICIENT_RESOURCES)
+        start = mig_rules.auto_start(
+            profile, list(self.profiles.values()), taken,
+            lambda p, s: not self.placement_error(p, s, taken))
+        if start is None:
+            raise _Return(N.NVML_ERROR_INSUFFICIENT_RESOURCES)
+        return start
 
     def new_gi(self, profile, start, gi_id=None):
         code = self.placement_error(profile, start, self.taken())
         if code:
             raise _Return(code)
         if gi_id is None:
-            # The full profile is GI 0 on real GPUs; others count from 1.
-            gi_id = 0 if profile.size == self.full.size else _lowest_free(
-                self.gis, 1)
+            # Ids follow the slot (mig_rules.gi_id cites the source).
+            gi_id = mig_rules.gi_id(profile.size, start, self.full.size)
         gi = _GpuInstance(self, gi_id, profile, start)
         self.gis[gi_id] = gi
         return gi
@@ -485,7 +506,7 @@ class FakeNvml:
     """
 
     def __init__(self, gpus, driver_version=None, init_error=None,
-                 visible=None, on_change=None):
+                 visible=None, on_change=None, privileged=True):
         specs = [dict(g) for g in gpus]
         docs = [models.load(s.get('model', 'h200')) for s in specs]
         addresses = [pci.normalize_address(s['pci_address']) for s in specs]
@@ -501,6 +522,9 @@ class FakeNvml:
                              if driver_version else nvml)
         self.init_error = init_error
         self.visible = visible or (lambda address: True)
+        # False: the caller is not root (nor holds the mig/config
+        # capability): MIG changes answer NO_PERMISSION.
+        self.privileged = privileged
         self.on_change = on_change
         self.call_counts = collections.Counter()
         self._lock = threading.RLock()
@@ -610,7 +634,7 @@ class FakeNvml:
         target = next((a for a in args if isinstance(
             a, (_Gpu, _GpuInstance, _ComputeInstance))), None)
         gpu = getattr(target, 'gpu', target)
-        if gpu is not None and (gpu.lost or not self.visible(gpu.address)):
+        if gpu is not None and (not self._note_driver(gpu) or gpu.lost):
             raise _Return(N.NVML_ERROR_GPU_IS_LOST)
         self._scripted(name, target)
         if gpu is not None and name in _RECORDED:
@@ -647,8 +671,69 @@ class FakeNvml:
             self.on_change(self.to_state())
 
     def _enumerate(self):
+        for gpu in self._gpus:
+            self._note_driver(gpu)
         self._enumerated = [g for g in self._gpus
                             if self.visible(g.address)]
+
+    # -- MIG mode and privileges -------------------------------------------
+
+    def _require_root(self):
+        """MIG mode and GI/CI create/destroy need root: NVML reference
+        ("Requires root user" / "Requires privileged user" on
+        nvmlDeviceSetMigMode, nvmlDeviceCreateGpuInstance*,
+        nvmlGpuInstanceDestroy, nvmlGpuInstanceCreateComputeInstance,
+        nvmlComputeInstanceDestroy); GPU-to-VM contract §4/§5.
+        """
+        if not self.privileged:
+            raise _Return(N.NVML_ERROR_NO_PERMISSION)
+
+    def _note_driver(self, gpu):
+        """Track a GPU leaving and re-entering the nvidia driver (bound
+        to vfio-pci and back).  Its GPU instances die with the unbind on
+        every architecture (NVML reference: a GI handle becomes invalid
+        when "the parent device is unbound"); Hopper also comes back with
+        MIG mode off, Ampere keeps the mode (GPU-to-VM contract §5).
+        """
+        if not self.visible(gpu.address):
+            gpu.left_driver = True
+            return False
+        if gpu.left_driver:
+            gpu.left_driver = False
+            for gi in list(gpu.gis.values()):
+                self._drop_gi(gi)
+            gpu.procs.clear()
+            if gpu.mig is not None and gpu.hopper_or_newer:
+                gpu.mig = [0, 0]
+            elif gpu.mig is not None:
+                gpu.mig = [gpu.mig[1], gpu.mig[1]]
+            self._changed()
+        return True
+
+    def driver_unbound(self, address):
+        """The GPU at `address` left the nvidia driver (fake sysfs calls
+        this on an unbind; NVML also notices on its own at init and on any
+        call on the GPU).
+        """
+        with self._lock:
+            for gpu in self._gpus:
+                if gpu.address == pci.normalize_address(address):
+                    gpu.left_driver = True
+
+    def hold(self, uuid, client):
+        """Another NVML client (e.g. 'dcgm', 'nvidia-persistenced') holds
+        the GPU open: on Ampere a MIG mode change stays pending (IN_USE).
+        """
+        with self._lock:
+            self._gpu(uuid).other_clients.add(client)
+
+    def let_go(self, uuid, client):
+        with self._lock:
+            self._gpu(uuid).other_clients.discard(client)
+
+    def set_privileged(self, privileged):
+        with self._lock:
+            self.privileged = privileged
 
     # -- state helpers shared with the C symbols ---------------------------
 
@@ -1138,19 +1223,28 @@ class _Library(fake_vgpu.VgpuSymbols):
         _out(current).value, _out(pending).value = dev.mig
 
     def nvmlDeviceSetMigMode(self, dev, mode, status):
+        """SUCCESS once the request is taken; whether it applied is
+        `activationStatus` (mig_rules.activation cites the sources).
+        """
         dev.require_mig()
+        self.fake._require_root()
         mode = _val(mode)
         if mode not in (N.NVML_DEVICE_MIG_DISABLE, N.NVML_DEVICE_MIG_ENABLE):
             raise _Return(N.NVML_ERROR_INVALID_ARGUMENT)
-        if dev.mig != [mode, mode]:
-            if dev.gis or dev.procs:
-                raise _Return(N.NVML_ERROR_IN_USE)
-            # Hopper+ switches at once; Ampere waits for a GPU reset.
-            current = mode if dev.hopper_or_newer else dev.mig[0]
-            dev.mig = [current, mode]
-            self.fake._changed()
-        _out(status).value = (N.NVML_SUCCESS if dev.mig[0] == mode
-                              else N.NVML_ERROR_RESET_REQUIRED)
+        if dev.mig == [mode, mode]:
+            _out(status).value = N.NVML_SUCCESS
+            return
+        if dev.gis:
+            # GPU instances must be destroyed before MIG mode goes off.
+            raise _Return(N.NVML_ERROR_IN_USE)
+        applied, code = mig_rules.activation(
+            dev.hopper_or_newer,
+            dev.values.get('virtualization_mode')
+            == N.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
+            dev.other_clients, dev.procs)
+        dev.mig = [mode if applied else dev.mig[0], mode]
+        self.fake._changed()
+        _out(status).value = code
 
     def nvmlDeviceGetMaxMigDeviceCount(self, dev, out):
         dev.require_mig()
@@ -1197,12 +1291,14 @@ class _Library(fake_vgpu.VgpuSymbols):
         return profile
 
     def _create_gi(self, dev, profile, start, out):
+        self.fake._require_root()
         gi = self.fake._new_gi(dev, profile, start)
         _out(out).contents = gi.handle
         self.fake._changed()
 
     def nvmlDeviceCreateGpuInstance(self, dev, profile_id, out):
         profile = self._creatable(dev, profile_id)
+        self.fake._require_root()
         self._create_gi(dev, profile, dev.first_free_start(profile), out)
 
     def nvmlDeviceCreateGpuInstanceWithPlacement(self, dev, profile_id,
@@ -1249,6 +1345,7 @@ class _Library(fake_vgpu.VgpuSymbols):
         info.placement.size = gi.profile.size
 
     def nvmlGpuInstanceDestroy(self, gi):
+        self.fake._require_root()
         if gi.cis or gi.gpu.processes(gi_id=gi.id):
             raise _Return(N.NVML_ERROR_IN_USE)
         self.fake._drop_gi(gi)
@@ -1279,6 +1376,7 @@ class _Library(fake_vgpu.VgpuSymbols):
                               profile['instanceCount'] - len(gi.cis))
 
     def nvmlGpuInstanceCreateComputeInstance(self, gi, profile_id, out):
+        self.fake._require_root()
         ci = self.fake._new_ci(gi, self._ci_profile(gi, profile_id))
         _out(out).contents = ci.handle
         self.fake._changed()
@@ -1305,6 +1403,7 @@ class _Library(fake_vgpu.VgpuSymbols):
         info.placement.size = ci.profile['sliceCount']
 
     def nvmlComputeInstanceDestroy(self, ci):
+        self.fake._require_root()
         if ci.gpu.processes(ci.gi.id, ci.id):
             raise _Return(N.NVML_ERROR_IN_USE)
         self.fake._drop_ci(ci)

@@ -166,6 +166,9 @@ class NvmlBackend:
     def set_mig_mode(self, uuid, enabled):
         raise NotImplementedError
 
+    def holders(self, uuid):
+        raise NotImplementedError
+
     def create_instance(self, uuid, profile_id, start, compute_instance=True):
         raise NotImplementedError
 
@@ -617,13 +620,46 @@ class PynvmlBackend(NvmlBackend):
 
     @_locked
     def direct_set_mig_mode(self, uuid, enabled):
-        """Returns (current, pending) after asking for the mode."""
+        """Ask for a MIG mode: (current, pending, activation).
+
+        nvmlDeviceSetMigMode succeeds once the request is taken and tells
+        in its `activationStatus` whether the mode applied: activation is
+        None when it did, else the NVMLError kind it reported: 'InUse'
+        (other clients or processes hold the GPU: idle it and ask again),
+        'ResetRequired' (a GPU reset or, in a pass-through VM, a VM reboot
+        applies it).  Non-root callers get NvmlError 'NoPermission'.
+        """
         N = self.N
         h = self._handle(uuid)
-        self._call(N.nvmlDeviceSetMigMode, h,
-                   N.NVML_DEVICE_MIG_ENABLE if enabled
-                   else N.NVML_DEVICE_MIG_DISABLE)
-        return tuple(self._call(N.nvmlDeviceGetMigMode, h))
+        status = self._call(N.nvmlDeviceSetMigMode, h,
+                            N.NVML_DEVICE_MIG_ENABLE if enabled
+                            else N.NVML_DEVICE_MIG_DISABLE)
+        current, pending = self._call(N.nvmlDeviceGetMigMode, h)
+        activation = None
+        if status != N.NVML_SUCCESS:
+            activation = _kind(N.NVMLError(status))
+        return current, pending, activation
+
+    @_locked
+    def holders(self, uuid):
+        """Who holds the GPU besides us, in words: compute processes,
+        persistence mode, and processes with its /dev/nvidia<minor> open
+        (those this user may see; DCGM and nvidia-persistenced show up
+        here).
+        """
+        from cyborg.drivers.nvidia import holders as holders_mod
+
+        N = self.N
+        h = self._handle(uuid)
+        out = ['process %d' % pid for pid, _, _, _ in self._processes(h)]
+        if self._call(N.nvmlDeviceGetPersistenceMode, h, default=0):
+            out.append('persistence mode (nvidia-persistenced)')
+        minor = self._call(N.nvmlDeviceGetMinorNumber, h, default=None)
+        if minor is not None:
+            out += ['%s (pid %d)' % (name, pid)
+                    for pid, name in holders_mod.open_by(minor)
+                    if 'process %d' % pid not in out]
+        return out
 
     @_locked
     def direct_create_instance(self, uuid, profile_id, start,

@@ -189,14 +189,15 @@ class MigBinding:
 
     def ensure_mig_mode(self, gpu):
         """Turn MIG mode on where [nvidia] enable_mig_on_demand allows and
-        it takes effect at once; PrepareError otherwise.
+        it takes effect at once; PrepareError otherwise, saying what it
+        waits for (NVML's activationStatus) and who holds the GPU.
         """
         if gpu.mig_current == 1:
             return
-        if gpu.mig_pending == 1:
-            raise base.PrepareError('MIG mode on GPU %s is pending a GPU '
-                                    'reset' % gpu.address)
         if not CONF.nvidia.enable_mig_on_demand:
+            if gpu.mig_pending == 1:
+                raise base.PrepareError('MIG mode on GPU %s is pending a GPU '
+                                        'reset' % gpu.address)
             raise base.PrepareError('MIG mode is off on GPU %s and [nvidia] '
                                     'enable_mig_on_demand is False'
                                     % gpu.address)
@@ -204,17 +205,42 @@ class MigBinding:
             raise base.PrepareError('Cannot turn MIG mode on for GPU %s: %d '
                                     'processes use it'
                                     % (gpu.address, len(gpu.processes)))
+        backend = self.state.backend
         try:
-            current, _pending = self.state.backend.set_mig_mode(gpu.uuid,
-                                                                True)
+            # Asking again is how a pending request is retried once the
+            # GPU is idle (NVML: "idle the device and retry").
+            with self.state.changing(gpu.address, 'MIG mode'):
+                current, pending, activation = backend.set_mig_mode(
+                    gpu.uuid, True)
         except nvml.NvmlError as e:
+            hint = (' (MIG changes need root: the agent makes them through '
+                    'its privileged helper)' if e.kind == 'NoPermission'
+                    else '')
             raise base.PrepareError('Turning MIG mode on for GPU %s failed: '
-                                    '%s' % (gpu.address, e))
+                                    '%s%s' % (gpu.address, e, hint))
+        gpu.mig_current, gpu.mig_pending = current, pending
         if current != 1:
-            raise base.PrepareError('MIG mode on GPU %s is pending a GPU '
-                                    'reset' % gpu.address)
-        gpu.mig_current = 1
+            raise base.PrepareError(self._pending(gpu, activation))
         LOG.info('MIG mode turned on for GPU %s', gpu.address)
+
+    def _pending(self, gpu, activation):
+        """Why MIG mode did not apply, in operator terms."""
+        if activation == 'InUse':
+            try:
+                holders = self.state.backend.holders(gpu.uuid)
+            except nvml.NvmlError as e:
+                holders = ['unknown: %s' % e]
+            return ('MIG mode on GPU %s is pending: the GPU is in use by '
+                    'other clients (%s); stop them (DCGM, '
+                    'nvidia-persistenced, ...) and bind again'
+                    % (gpu.address, ', '.join(holders) or 'not visible to '
+                       'this user'))
+        if activation == 'ResetRequired':
+            return ('MIG mode on GPU %s is pending a GPU reset (a VM reboot '
+                    'when this host is itself a pass-through VM)'
+                    % gpu.address)
+        return ('MIG mode on GPU %s is pending (NVML activation status: %s)'
+                % (gpu.address, activation or 'none'))
 
     def release(self, address, info):
         """Destroy the instance a binding recorded. The caller holds the

@@ -8,6 +8,7 @@ helpers below read a GPU's MIG instances the same way for every concern.
 """
 
 import collections
+import contextlib
 import json
 import threading
 
@@ -23,6 +24,26 @@ class HostState:
         self.geometry = geometry      # geometry_cache.GeometryCache
         self.health = health          # health.HealthMonitor
         self.locks = collections.defaultdict(threading.Lock)
+        # address -> what is being changed on it now ('MIG mode', 'kernel
+        # driver'): discovery reports such a GPU as Initializing.
+        self._changing = {}
+        self._changing_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def changing(self, address, what):
+        """Mark the GPU as having its `what` changed while in the block."""
+        with self._changing_lock:
+            self._changing[address] = what
+        try:
+            yield
+        finally:
+            with self._changing_lock:
+                self._changing.pop(address, None)
+
+    def change_under_way(self, address):
+        """What is being changed on the GPU now, or None."""
+        with self._changing_lock:
+            return self._changing.get(address)
 
     def instances(self, gpu):
         """The GPU's live MIG instances ([] when MIG mode is off)."""

@@ -235,12 +235,52 @@ def test_unknown_mig_shape_is_refused(make_host):
                                         '3'}))
 
 
-def test_ampere_mig_enable_waits_for_a_reset(make_host):
-    host = make_host(spec('a100-80gb', gpu2=False))
+def test_ampere_mig_enable_waits_for_a_reset_in_a_vm(make_host):
+    """activationStatus ResetRequired (pass-through VM): refused, and the
+    device is Reconfiguring until a reset applies the mode.
+    """
+    host = make_host(spec('a100-80gb', gpu2=False, virtualization_mode=1))
     drv = new_driver(host)
     drv.discover()
     with pytest.raises(base.PrepareError, match='pending a GPU reset'):
         drv.prepare(GPU1, handle(GPU1, group('a100-80gb-mig-1g-10gb')))
+    [device] = drv.discover()
+    assert device.phase == 'Reconfiguring'
+
+
+def test_ampere_mig_enable_names_who_holds_the_gpu(make_host):
+    """activationStatus InUse: the refusal says the GPU is held and by
+    whom (persistence mode here); once let go, a new bind applies it.
+    """
+    host = make_host(spec('a100-80gb', gpu2=False, virtualization_mode=0))
+    uuid = host.nvml.gpu_info()[0]['uuid']
+    host.nvml.hold(uuid, 'dcgm')
+    drv = new_driver(host)
+    drv.discover()
+    with pytest.raises(base.PrepareError,
+                       match='in use by other clients') as e:
+        drv.prepare(GPU1, handle(GPU1, group('a100-80gb-mig-1g-10gb')))
+    assert 'persistence mode' in str(e.value)
+    host.nvml.let_go(uuid, 'dcgm')
+    info = drv.prepare(GPU1, handle(GPU1, group('a100-80gb-mig-1g-10gb')))
+    assert info['mig_profile'] == '1g.10gb'
+
+
+def test_ampere_bare_metal_mig_enable_applies_at_once(make_host):
+    host = make_host(spec('a100-80gb', gpu2=False, virtualization_mode=0))
+    drv = new_driver(host)
+    drv.discover()
+    info = drv.prepare(GPU1, handle(GPU1, group('a100-80gb-mig-1g-10gb')))
+    assert info['mig_gi'] == 13        # the slot's id: 1g at 6
+
+
+def test_mig_enable_without_root_says_so(make_host):
+    host = make_host(spec(gpu2=False))
+    host.nvml.set_privileged(False)
+    drv = new_driver(host)
+    drv.discover()
+    with pytest.raises(base.PrepareError, match='NoPermission|need root'):
+        drv.prepare(GPU1, handle(GPU1, group('h200-mig-1g-18gb')))
 
 
 def test_orphans_are_reserved_and_never_handed_out(make_host):

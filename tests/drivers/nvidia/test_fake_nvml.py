@@ -26,7 +26,7 @@ from cyborg_emulators.nvidia import fake_sysfs
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
                         'fixtures', 'nvml')
 CAPTURE = os.path.join(FIXTURES, 'h200-real-580.159.04.json')
-MODELS = ('h200', 'h100-80gb', 'a100-40gb', 'a100-80gb')
+MODELS = ('h200', 'h100-80gb', 'h100-pcie', 'a100-40gb', 'a100-80gb')
 GPU_A = 'GPU-11111111-2222-3333-4444-555555555555'
 GPU_B = 'GPU-66666666-7777-8888-9999-000000000000'
 # nvidia-smi mig -lgipp, identical on A100/H100/H200: id -> (starts, size)
@@ -49,6 +49,7 @@ CI_FOR_GI = {19: N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
              5: N.NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE,
              0: N.NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE}
 NAMES = {'a100-40gb': 'MIG 1g.5gb', 'a100-80gb': 'MIG 1g.10gb',
+         'h100-pcie': 'MIG 1g.10gb',
          'h100-80gb': 'MIG 1g.10gb', 'h200': 'MIG 1g.18gb'}
 XID_ECC = (N.nvmlEventTypeXidCriticalError
            | N.nvmlEventTypeDoubleBitEccError
@@ -406,7 +407,8 @@ def test_mig_disabled_answers_like_a_real_h200(start):
     assert fn(h, ctypes.byref(memory)) == N.NVML_ERROR_FUNCTION_NOT_FOUND
     assert str(N.NVMLError(N.NVML_ERROR_INSUFFICIENT_RESOURCES)) == \
         'Insufficient Resources'
-    assert N.nvmlDeviceGetSupportedEventTypes(h) == N.nvmlEventTypeAll
+    # The mask the real H200 registered (health-check fixture).
+    assert N.nvmlDeviceGetSupportedEventTypes(h) == XID_ECC
 
 
 def test_overlap_is_insufficient_resources(start):
@@ -461,6 +463,146 @@ def test_create_without_placement_takes_first_free_start(start):
     N.nvmlDeviceCreateGpuInstance(h, 9)   # 0 is taken: the 4-block at 4
     with pytest.raises(N.NVMLError_InsufficientResources):
         N.nvmlDeviceCreateGpuInstance(h, 9)
+
+
+def _auto(h, profile_ids):
+    """nvmlDeviceCreateGpuInstance for each profile: [(GI id, start)],
+    stopping at the first error (returned as its class name).
+    """
+    out = []
+    for profile_id in profile_ids:
+        try:
+            gi = N.nvmlDeviceCreateGpuInstance(h, profile_id)
+        except N.NVMLError as e:
+            out.append(type(e).__name__)
+            break
+        info = N.nvmlGpuInstanceGetInfo(gi)
+        out.append((info.id, info.placement.start))
+    return out
+
+
+# MIG user guide, "Getting Started with MIG", instance geometry examples
+# (A100-SXM4-40GB): nvidia-smi mig -cgi <ids> -> GI id and start each.
+MIG_GUIDE_AUTOMATIC = {
+    (19, 14, 5): [(13, 6), (5, 4), (1, 0)],
+    (9, 19, 14, 19): [(2, 4), (7, 0), (4, 2), (8, 1)],
+    (14, 19, 19, 19, 19, 19): [(5, 4), (13, 6), (7, 0), (8, 1), (9, 2),
+                               (10, 3)],
+    (19, 19, 14, 9): [(13, 6), (11, 4), (3, 0),
+                      'NVMLError_InsufficientResources'],
+}
+
+
+@pytest.mark.parametrize('profiles', list(MIG_GUIDE_AUTOMATIC),
+                         ids=[','.join(map(str, p))
+                              for p in MIG_GUIDE_AUTOMATIC])
+def test_automatic_placement_and_gi_ids_as_the_mig_guide(start, profiles):
+    start([gpu('a100-40gb', mig_mode=1)])
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    assert _auto(h, profiles) == MIG_GUIDE_AUTOMATIC[profiles]
+
+
+def test_seven_1g_fill_from_the_top(start):
+    """`nvidia-smi mig -cgi 19,19,19,19,19,19,19 -C` on H100 in public
+    write-ups: GI 13, 11, 12, 7, 8, 9, 10.
+    """
+    start([gpu('h100-80gb', mig_mode=1)])
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    assert [gi for gi, _ in _auto(h, [19] * 7)] == [13, 11, 12, 7, 8, 9, 10]
+    assert _auto(h, [19]) == ['NVMLError_InsufficientResources']
+
+
+def test_gi_id_is_the_slot_whatever_the_order(start):
+    start([gpu(mig_mode=1)])
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    for profile_id, at, gi_id in ((19, 3, 10), (14, 4, 5), (15, 6, 6),
+                                  (14, 0, 3)):
+        gi = create(h, profile_id, at)
+        assert N.nvmlGpuInstanceGetInfo(gi).id == gi_id
+
+
+SHARED = N.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+CI_SLICES = {N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE: 1,
+             N.NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE: 2,
+             N.NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE: 3,
+             N.NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE: 4,
+             N.NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE: 7,
+             N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1: '1r'}
+# `mig -lcip` per GI profile (NVIDIA k8s-test-infra mock-nvml-config-
+# h100.mig.yaml `compute_instances`): CI SM slices -> instance count.
+H100_LCIP = {19: {1: 1, '1r': 1}, 15: {1: 1, '1r': 1},
+             14: {1: 2, 2: 1, '1r': 2},
+             9: {1: 3, 2: 1, 3: 1, '1r': 3},
+             5: {1: 4, 2: 2, 4: 1, '1r': 4},
+             0: {1: 7, 2: 3, 3: 2, 4: 1, 7: 1, '1r': 7}}
+
+
+def _lcip(gi):
+    out = {}
+    for enum, slices in CI_SLICES.items():
+        try:
+            info = N.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                gi, enum, SHARED)
+        except N.NVMLError_NotSupported:
+            continue
+        out[slices] = info.instanceCount
+    return out
+
+
+@pytest.mark.parametrize('model', ['h100-80gb', 'h100-pcie', 'h200',
+                                   'a100-80gb'])
+def test_compute_instance_profile_sets_per_gi_size(start, model):
+    start([gpu(model, mig_mode=1)])
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    hopper = not model.startswith('a100')
+    for profile_id, starts_sizes in LGIPP.items():
+        if profile_id == 20:
+            continue                   # the +me 1g offers what 1g does
+        gi = create(h, profile_id, starts_sizes[0][0])
+        want = dict(H100_LCIP[profile_id])
+        if not hopper:
+            want.pop('1r')             # REV1 CIs are a Hopper profile
+        assert _lcip(gi) == want, profile_id
+        N.nvmlGpuInstanceDestroy(gi)
+
+
+def test_h100_pcie_model_is_the_public_capture(start):
+    """nvidia-smi mig -lgip of an H100 PCIe (driver 570.169, see the
+    model's _source): name, SMs and memory per profile.
+    """
+    start([gpu('h100-pcie', mig_mode=1)])
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    assert N.nvmlDeviceGetName(h) == 'NVIDIA H100 PCIe'
+    assert N.nvmlDeviceGetPciInfo(h).pciDeviceId >> 16 == 0x2331
+    assert N.nvmlDeviceGetMemoryInfo(h).total == 81559 << 20
+    rows = {}
+    for enum in ENUM_IDS:
+        info = N.nvmlDeviceGetGpuInstanceProfileInfo(h, enum)
+        rows[info.name] = (info.multiprocessorCount, info.memorySizeMB,
+                           info.decoderCount, info.ofaCount)
+    assert rows == {'MIG 1g.10gb': (14, 9984, 1, 0),
+                    'MIG 1g.10gb+me': (14, 9984, 1, 1),
+                    'MIG 1g.20gb': (14, 20096, 1, 0),
+                    'MIG 2g.20gb': (30, 20096, 2, 0),
+                    'MIG 3g.40gb': (46, 40448, 3, 0),
+                    'MIG 4g.40gb': (62, 40448, 4, 0),
+                    'MIG 7g.80gb': (114, 81152, 7, 1)}
+
+
+def test_a100_80gb_sizes_are_the_public_capture(start):
+    """nvidia-smi mig -lgip of an A100 80GB PCIe (driver 515.86.01):
+    9.50 / 19.50 / 39.25 / 39.25 / 79.00 GiB; SMs 14/28/42/56/98.
+    """
+    start([gpu('a100-80gb', mig_mode=1)])
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    rows = {}
+    for enum in ENUM_IDS:
+        info = N.nvmlDeviceGetGpuInstanceProfileInfo(h, enum)
+        rows[info.name] = (info.memorySizeMB, info.multiprocessorCount)
+    del rows['MIG 1g.20gb']            # not in that (older) capture
+    assert rows == {'MIG 1g.10gb': (9728, 14), 'MIG 1g.10gb+me': (9728, 14),
+                    'MIG 2g.20gb': (19968, 28), 'MIG 3g.40gb': (40192, 42),
+                    'MIG 4g.40gb': (40192, 56), 'MIG 7g.80gb': (80896, 98)}
 
 
 def test_two_3g_fill_memory_but_strand_an_sm_slice(start):
@@ -592,8 +734,12 @@ def test_hopper_mig_mode_is_immediate_and_lost_on_reboot(start):
         N.nvmlGpuInstanceGetInfo(gi)
 
 
-def test_ampere_mig_mode_pends_until_reset(start):
-    fake = start([gpu('a100-40gb', mig_mode=0)])
+def test_ampere_mig_mode_pends_until_reset_in_a_passthrough_vm(start):
+    """NVML reference: where reset is not exposed (pass-through
+    virtualization) activationStatus is RESET_REQUIRED; the call itself
+    succeeds.
+    """
+    fake = start([gpu('a100-40gb', mig_mode=0, virtualization_mode=1)])
     h = N.nvmlDeviceGetHandleByIndex(0)
     status = N.nvmlDeviceSetMigMode(h, N.NVML_DEVICE_MIG_ENABLE)
     assert status == N.NVML_ERROR_RESET_REQUIRED
@@ -612,14 +758,100 @@ def test_ampere_mig_mode_pends_until_reset(start):
     assert N.nvmlDeviceGetMigMode(h) == [0, 0]
 
 
-def test_mig_mode_change_refused_while_processes_run(start):
+def test_ampere_bare_metal_applies_at_once_when_idle(start):
+    """Contract §5: on bare metal the driver resets an idle A100 itself."""
+    start([gpu('a100-80gb', mig_mode=0, virtualization_mode=0)])
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    assert N.nvmlDeviceSetMigMode(h, N.NVML_DEVICE_MIG_ENABLE) == \
+        N.NVML_SUCCESS
+    assert N.nvmlDeviceGetMigMode(h) == [1, 1]
+
+
+@pytest.mark.parametrize('model,applied', [('a100-80gb', False),
+                                           ('h200', True)])
+def test_other_clients_keep_ampere_pending_not_hopper(start, model,
+                                                      applied):
+    """DCGM or nvidia-persistenced holding the GPU: activationStatus
+    IN_USE and the mode pending on Ampere (contract §5); Hopper applies
+    at once.
+    """
+    fake = start([gpu(model, mig_mode=0, virtualization_mode=0)])
+    fake.hold(GPU_A, 'dcgm')
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    status = N.nvmlDeviceSetMigMode(h, N.NVML_DEVICE_MIG_ENABLE)
+    assert status == (N.NVML_SUCCESS if applied else N.NVML_ERROR_IN_USE)
+    assert N.nvmlDeviceGetMigMode(h) == ([1, 1] if applied else [0, 1])
+    fake.let_go(GPU_A, 'dcgm')          # "idle the device and retry"
+    assert N.nvmlDeviceSetMigMode(h, N.NVML_DEVICE_MIG_ENABLE) == \
+        N.NVML_SUCCESS
+    assert N.nvmlDeviceGetMigMode(h) == [1, 1]
+
+
+def test_mig_mode_change_with_processes_is_in_use_activation(start):
+    """The call succeeds; activationStatus says IN_USE (NVML reference:
+    "if device unbind fails because the device isn't idle").
+    """
     fake = start([gpu(mig_mode=0)])
     h = N.nvmlDeviceGetHandleByIndex(0)
     fake.add_process(GPU_A, 42, 1 << 30)
-    with pytest.raises(N.NVMLError_InUse):
-        N.nvmlDeviceSetMigMode(h, N.NVML_DEVICE_MIG_ENABLE)
+    assert N.nvmlDeviceSetMigMode(h, N.NVML_DEVICE_MIG_ENABLE) == \
+        N.NVML_ERROR_IN_USE
+    assert N.nvmlDeviceGetMigMode(h) == [0, 1]
     fake.remove_process(GPU_A, 42)
-    N.nvmlDeviceSetMigMode(h, N.NVML_DEVICE_MIG_ENABLE)
+    assert N.nvmlDeviceSetMigMode(h, N.NVML_DEVICE_MIG_ENABLE) == \
+        N.NVML_SUCCESS
+    assert N.nvmlDeviceGetMigMode(h) == [1, 1]
+
+
+def test_instances_block_turning_mig_off(start):
+    start([gpu(mig_mode=1)])
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    create(h, 19, 0)
+    with pytest.raises(N.NVMLError_InUse):
+        N.nvmlDeviceSetMigMode(h, N.NVML_DEVICE_MIG_DISABLE)
+
+
+def test_non_root_callers_get_no_permission(start):
+    """NVML reference: MIG mode and GI/CI changes "Require root user"."""
+    fake = start([gpu(mig_mode=1)], privileged=False)
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    for change in (lambda: N.nvmlDeviceSetMigMode(h, 0),
+                   lambda: create(h, 19, 0),
+                   lambda: N.nvmlDeviceCreateGpuInstance(h, 19)):
+        with pytest.raises(N.NVMLError_NoPermission):
+            change()
+    assert N.nvmlDeviceGetMigMode(h) == [1, 1]     # reads still work
+    fake.set_privileged(True)
+    gi = create(h, 19, 0)
+    ci = full_ci(gi)
+    fake.set_privileged(False)
+    with pytest.raises(N.NVMLError_NoPermission):
+        N.nvmlComputeInstanceDestroy(ci)
+    with pytest.raises(N.NVMLError_NoPermission):
+        N.nvmlGpuInstanceDestroy(gi)
+
+
+@pytest.mark.parametrize('model,mode_after', [('h200', [0, 0]),
+                                              ('a100-80gb', [1, 1])])
+def test_vfio_round_trip(start, model, mode_after):
+    """Unbinding from nvidia destroys the GIs on every GPU; Hopper also
+    comes back with MIG off (contract §5), Ampere keeps its mode.
+    """
+    bound = {'yes': True}
+    fake = start([gpu(model, mig_mode=1, virtualization_mode=0)],
+                 visible=lambda address: bound['yes'])
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    create(h, 9, 0)
+    N.nvmlShutdown()
+    bound['yes'] = False               # to vfio-pci ...
+    N.nvmlInit()
+    assert N.nvmlDeviceGetCount() == 0
+    N.nvmlShutdown()
+    bound['yes'] = True                # ... and back
+    N.nvmlInit()
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    assert N.nvmlDeviceGetMigMode(h) == mode_after
+    assert fake.to_state()['gpus'][GPU_A]['gpu_instances'] == []
 
 
 # -- processes ----------------------------------------------------------------
@@ -773,6 +1005,7 @@ def test_state_round_trip(start):
         h, 0))
     fake.add_process(mig_uuid, 5, 1 << 20)
     fake.ecc_error(GPU_B)
+    fake.hold(GPU_B, 'dcgm')           # keeps the A100's mode pending
     N.nvmlDeviceSetMigMode(N.nvmlDeviceGetHandleByIndex(1), 1)
     state = json.loads(json.dumps(fake.to_state()))
     fake.uninstall()
@@ -781,7 +1014,7 @@ def test_state_round_trip(start):
     again.load_state(state)
     assert again.to_state() == state
     h = N.nvmlDeviceGetHandleByIndex(0)
-    assert sorted(gi_ids(h, 9) + gi_ids(h, 19)) == [1, 2]
+    assert sorted(gi_ids(h, 9) + gi_ids(h, 19)) == [2, 7]   # by slot
     mig = N.nvmlDeviceGetMigDeviceHandleByIndex(h, 0)
     assert N.nvmlDeviceGetUUID(mig) == mig_uuid
     assert N.nvmlDeviceGetComputeRunningProcesses(mig)[0].pid == 5
