@@ -11,8 +11,11 @@ nothing to do) and Unknown, the fail-safe answer whenever there is no
 established one (no word from the conductor yet, occupancy unreadable, a
 driver binding we do not understand, an orphan timer still running).
 
-Only a Ready device that is Managed or Unclaimed is offered to Placement;
-anything else is fenced (reserved = total, allocations kept).
+Only a Ready device that is Managed or Unclaimed, or a Passthrough one
+(on a VFIO driver, ready to be handed to a VM whole) that is Unclaimed, is
+offered to Placement; anything else is fenced (reserved = total,
+allocations kept).  A driver must propose a phase: a device without one
+is Pending (nothing says it is usable).
 """
 
 import dataclasses
@@ -22,6 +25,8 @@ PHASES = ('Pending', 'Initializing', 'Ready', 'Reconfiguring', 'Passthrough',
 STATES = ('Managed', 'Excluded', 'Orphaned', 'Unclaimed', 'Unknown')
 MODES = ('Compute', 'Passthrough', 'Unbound', 'Unknown')
 OFFERED_STATES = ('Managed', 'Unclaimed')
+# phase -> the management states in which Placement may hand it out.
+OFFERED = {'Ready': OFFERED_STATES, 'Passthrough': ('Unclaimed',)}
 ORPHAN_AFTER = 120.0     # seconds an unclaimed foreign holding may last
 
 
@@ -55,11 +60,16 @@ def classify(device, facts, now, orphan_after=ORPHAN_AFTER):
     Returns the new `unowned_since` (a timer start, or None).
     """
     obs = device.observations or {}
-    phase = device.phase or 'Ready'
+    phase = device.phase
     conditions = list(obs.get('conditions', []))
+    if phase is None:
+        phase = 'Pending'
+        conditions.append(condition(
+            'DriverReady', 'Unknown', 'NoPhaseProposed',
+            'the driver did not say what the device can do'))
     unowned_since = None
-    if phase == 'Ready' and obs.get('mode') == 'Passthrough' \
-            and facts.claimed:
+    if phase == 'Ready' and obs.get('mode') == 'Passthrough':
+        # On a VFIO driver it is no CUDA device, claimed or not.
         phase = 'Passthrough'
     if facts.excluded:
         state, reason = 'Excluded', 'ExcludedByOperator'
@@ -93,5 +103,4 @@ def classify(device, facts, now, orphan_after=ORPHAN_AFTER):
 
 def offered(device):
     """Whether Placement may hand out this device now."""
-    return (device.phase == 'Ready'
-            and device.management_state in OFFERED_STATES)
+    return device.management_state in OFFERED.get(device.phase, ())

@@ -62,7 +62,9 @@ def device_from_spec(entry):
         controlpath_id={'cpid_type': 'PCI',
                         'cpid_info': records.pci_info(address)},
         deployables=[deployable], std_board_info=board,
-        vendor_board_info=entry.get('vendor_board_info', 'fake_vendor_info'))
+        vendor_board_info=entry.get('vendor_board_info', 'fake_vendor_info'),
+        # No lifecycle data: a fake device is usable as declared.
+        phase=entry.get('phase', 'Ready'))
 
 
 class FakeDriver(base.Driver):

@@ -148,4 +148,6 @@ class PCIDriver(base.Driver):
             model='%s %s' % (pci.vendor_name(function['vendor']),
                              function['product']),
             controlpath_id={'cpid_type': 'PCI', 'cpid_info': info},
-            deployables=[deployable], std_board_info=board)
+            deployables=[deployable], std_board_info=board,
+            # No lifecycle data beyond being listed on the bus.
+            phase='Ready')

@@ -108,8 +108,10 @@ def test_phases_states_and_fencing_after_first_report(stack):
     assert not fenced(stack, COMPUTE)
     # On vfio-pci with no claim: someone else's until proven otherwise.
     # NVML cannot see it; its geometry is the shipped H200 capture's.
+    # Phase Passthrough: on a VFIO driver it is no CUDA device, claimed or
+    # not (the GPU glossary).
     vfio = device(stack, PASSTHROUGH)
-    assert (vfio['phase'], vfio['mode']) == ('Ready', 'Passthrough')
+    assert (vfio['phase'], vfio['mode']) == ('Passthrough', 'Passthrough')
     assert vfio['management_state'] == 'Unknown'
     assert reason(vfio, 'Ownership') == 'OrphanPending'
     assert reserved(stack, PASSTHROUGH)['CUSTOM_GPU_MEM_SLICE'] == (8, 8)
@@ -132,7 +134,9 @@ def test_passthrough_without_claim_is_orphaned_after_two_minutes(stack):
 def test_adopted_passthrough_is_offered(stack):
     CONF.set_override('adopt_passthrough', True, group='nvidia')
     stack.agent.report_once(full=True)
-    assert device(stack, PASSTHROUGH)['management_state'] == 'Unclaimed'
+    dev = device(stack, PASSTHROUGH)
+    assert (dev['phase'], dev['management_state']) == ('Passthrough',
+                                                       'Unclaimed')
     assert not fenced(stack, PASSTHROUGH)
 
 

@@ -8,15 +8,16 @@ management state, the reason (of the `Managed` condition, and of the
 `Ownership` condition when there is one) and the orphan timer `classify`
 returns. docs/gpu-lifecycle.md is the prose form of this table.
 
-These rows document today's rules. Issue 17 (lifecycle rules per the GPU
-glossary) will change the rows marked `# issue 17`:
-- a GPU on `vfio-pci` will be in phase Passthrough whether claimed or not
-  (today Ready until claimed, adopted or not);
-- a device with no proposed phase will no longer be Ready by default
-  (GPUs NVML cannot see: Pending/Failed with the reason; Initializing while
-  the MIG mode or the driver is changing: set by the driver);
+The rules follow the GPU glossary (issue 17):
+- a GPU on a VFIO driver is in phase Passthrough whether claimed or not;
+- a device with no proposed phase is Pending, with a condition saying so
+  (drivers propose their phases: the NVIDIA driver's Pending/Failed for
+  GPUs NVML cannot see and Initializing while the MIG mode or the driver
+  changes are in tests/drivers/nvidia/test_phase.py; fake and pci propose
+  Ready);
 - orphaned MIG instances on a Compute-mode GPU are the one deliberate
-  extension to the glossary that issue 17 will decide on and document.
+  extension to the glossary (docs/gpu-lifecycle.md, "Orphaned MIG
+  instances"): they orphan the GPU like a foreign VFIO binding does.
 """
 
 import types
@@ -33,6 +34,7 @@ VFIO = {'mode': 'Passthrough', 'driver': 'vfio-pci'}
 VFIO_ADOPTED = dict(VFIO, adopted=True)
 UNBOUND = {'mode': 'Unbound', 'driver': None}
 UNKNOWN_DRIVER = {'mode': 'Unknown', 'driver': 'nouveau'}
+VARIANT_VFIO = {'mode': 'Passthrough', 'driver': 'nvgrace-gpu-vfio-pci'}
 MIG_ORPHANS = dict(COMPUTE, orphan_instances=2)
 NO_OCCUPANCY = dict(COMPUTE, occupancy_known=False)
 
@@ -61,8 +63,8 @@ CASES = {
         (('Ready', COMPUTE, NO_WORD),
          ('Ready', 'Unknown', 'NoClaimInformation', None, None)),
     'no-word-beats-a-foreign-holding':
-        (('Ready', VFIO, NO_WORD),
-         ('Ready', 'Unknown', 'NoClaimInformation', None, None)),
+        (('Passthrough', VFIO, NO_WORD),
+         ('Passthrough', 'Unknown', 'NoClaimInformation', None, None)),
     # --- an operator's exclusion wins over everything ---------------------
     'excluded-free':
         (('Ready', COMPUTE, EXCLUDED_FREE),
@@ -77,9 +79,9 @@ CASES = {
         (('Ready', NO_OCCUPANCY, EXCLUDED_FREE),
          ('Ready', 'Excluded', 'ExcludedByOperator', None, None)),
     'excluded-stops-the-orphan-timer':
-        (('Ready', VFIO, lifecycle.Facts(claimed=False, excluded=True,
-                                         unowned_since=NOW - 60)),
-         ('Ready', 'Excluded', 'ExcludedByOperator', None, None)),
+        (('Passthrough', VFIO, lifecycle.Facts(claimed=False, excluded=True,
+                                               unowned_since=NOW - 60)),
+         ('Passthrough', 'Excluded', 'ExcludedByOperator', None, None)),
     # --- what the agent cannot tell: Unknown ------------------------------
     'occupancy-unreadable':
         (('Ready', NO_OCCUPANCY, FREE),
@@ -88,16 +90,19 @@ CASES = {
         (('Ready', NO_OCCUPANCY, CLAIMED),
          ('Ready', 'Unknown', 'OccupancyUnknown', None, None)),
     'driver-binding-not-understood':
-        (('Ready', UNKNOWN_DRIVER, FREE),
-         ('Ready', 'Unknown', 'UnknownDriverBinding', None, None)),
+        (('Failed', UNKNOWN_DRIVER, FREE),
+         ('Failed', 'Unknown', 'UnknownDriverBinding', None, None)),
     'driver-binding-not-understood-beats-a-claim':
-        (('Ready', UNKNOWN_DRIVER, CLAIMED),
-         ('Ready', 'Unknown', 'UnknownDriverBinding', None, None)),
+        (('Failed', UNKNOWN_DRIVER, CLAIMED),
+         ('Failed', 'Unknown', 'UnknownDriverBinding', None, None)),
     # --- a binding of ours: Managed ---------------------------------------
     'claimed-compute':
         (('Ready', COMPUTE, CLAIMED),
          ('Ready', 'Managed', 'Claimed', None, None)),
-    'claimed-passthrough-becomes-phase-passthrough':
+    'claimed-passthrough':
+        (('Passthrough', VFIO, CLAIMED),
+         ('Passthrough', 'Managed', 'Claimed', None, None)),
+    'ready-on-vfio-is-passthrough-whatever-the-driver-said':
         (('Ready', VFIO, CLAIMED),
          ('Passthrough', 'Managed', 'Claimed', None, None)),
     'claimed-passthrough-failed-stays-failed':
@@ -116,51 +121,56 @@ CASES = {
     'free-unbound':
         (('Pending', UNBOUND, FREE),
          ('Pending', 'Unclaimed', 'NoClaim', None, None)),
-    # issue 17: an adopted vfio-pci GPU will be phase Passthrough.
     'adopted-passthrough-is-ours':
-        (('Ready', VFIO_ADOPTED, FREE),
-         ('Ready', 'Unclaimed', 'NoClaim', None, None)),
+        (('Passthrough', VFIO_ADOPTED, FREE),
+         ('Passthrough', 'Unclaimed', 'NoClaim', None, None)),
+    'free-on-a-vfio-variant-driver':
+        (('Passthrough', dict(VARIANT_VFIO, adopted=True), FREE),
+         ('Passthrough', 'Unclaimed', 'NoClaim', None, None)),
+    'initializing-free':
+        (('Initializing', COMPUTE, FREE),
+         ('Initializing', 'Unclaimed', 'NoClaim', None, None)),
+    'reconfiguring-free':
+        (('Reconfiguring', COMPUTE, FREE),
+         ('Reconfiguring', 'Unclaimed', 'NoClaim', None, None)),
     'failed-free-keeps-its-phase':
         (('Failed', COMPUTE, FREE),
          ('Failed', 'Unclaimed', 'NoClaim', None, None)),
     'lost-free-keeps-its-phase':
         (('Lost', COMPUTE, FREE),
          ('Lost', 'Unclaimed', 'NoClaim', None, None)),
-    # issue 17: no proposed phase will no longer mean Ready.
-    'no-proposed-phase-is-ready':
+    'no-proposed-phase-is-pending':
         ((None, {}, FREE),
-         ('Ready', 'Unclaimed', 'NoClaim', None, None)),
-    # issue 17: as above (drivers without lifecycle data: fake, pci).
-    'no-observations-is-ready-and-unclaimed':
+         ('Pending', 'Unclaimed', 'NoClaim', None, None)),
+    'no-observations-and-no-phase-is-pending':
         ((None, None, FREE),
+         ('Pending', 'Unclaimed', 'NoClaim', None, None)),
+    'ready-without-observations':
+        (('Ready', None, FREE),
          ('Ready', 'Unclaimed', 'NoClaim', None, None)),
     # --- held by something that is not ours: wait, then Orphaned ----------
-    # issue 17: an unclaimed vfio-pci GPU will be phase Passthrough.
     'foreign-passthrough-first-seen-starts-the-wait':
-        (('Ready', VFIO, FREE),
-         ('Ready', 'Unknown', 'OrphanPending', VFIO_HOLDING, NOW)),
-    # issue 17: as above.
+        (('Passthrough', VFIO, FREE),
+         ('Passthrough', 'Unknown', 'OrphanPending', VFIO_HOLDING, NOW)),
     'foreign-passthrough-still-waiting':
-        (('Ready', VFIO, seen(AFTER - 0.1)),
-         ('Ready', 'Unknown', 'OrphanPending', VFIO_HOLDING,
+        (('Passthrough', VFIO, seen(AFTER - 0.1)),
+         ('Passthrough', 'Unknown', 'OrphanPending', VFIO_HOLDING,
           NOW - AFTER + 0.1)),
-    # issue 17: as above.
     'foreign-passthrough-orphaned-at-exactly-the-wait':
-        (('Ready', VFIO, seen(AFTER)),
-         ('Ready', 'Orphaned', 'NoOwner', VFIO_HOLDING, NOW - AFTER)),
-    # issue 17: as above.
+        (('Passthrough', VFIO, seen(AFTER)),
+         ('Passthrough', 'Orphaned', 'NoOwner', VFIO_HOLDING, NOW - AFTER)),
     'foreign-passthrough-orphaned-later':
-        (('Ready', VFIO, seen(3 * AFTER)),
-         ('Ready', 'Orphaned', 'NoOwner', VFIO_HOLDING, NOW - 3 * AFTER)),
-    # issue 17: orphaned MIG instances are the extension it decides on.
+        (('Passthrough', VFIO, seen(3 * AFTER)),
+         ('Passthrough', 'Orphaned', 'NoOwner', VFIO_HOLDING,
+          NOW - 3 * AFTER)),
+    # The one deliberate extension to the glossary: MIG instances nobody
+    # claims on a Compute-mode GPU orphan it too (docs/gpu-lifecycle.md).
     'mig-orphans-first-seen-start-the-wait':
         (('Ready', MIG_ORPHANS, FREE),
          ('Ready', 'Unknown', 'OrphanPending', MIG_HOLDING, NOW)),
-    # issue 17: as above.
     'mig-orphans-orphaned-after-the-wait':
         (('Ready', MIG_ORPHANS, seen(AFTER)),
          ('Ready', 'Orphaned', 'NoOwner', MIG_HOLDING, NOW - AFTER)),
-    # issue 17: as above.
     'failed-gpu-with-mig-orphans-keeps-its-phase':
         (('Failed', MIG_ORPHANS, seen(AFTER)),
          ('Failed', 'Orphaned', 'NoOwner', MIG_HOLDING, NOW - AFTER)),
@@ -186,7 +196,10 @@ def test_classify(given, expected):
                                   want_reason)
     ownership = [] if holding is None else [
         lifecycle.condition('Ownership', 'False', want_reason, holding)]
-    assert device.conditions == ownership + [managed]
+    no_phase = [] if phase is not None else [lifecycle.condition(
+        'DriverReady', 'Unknown', 'NoPhaseProposed',
+        'the driver did not say what the device can do')]
+    assert device.conditions == no_phase + ownership + [managed]
     assert timer == want_timer
 
 
@@ -223,8 +236,9 @@ def test_the_wait_is_a_parameter(since, state):
     assert device.management_state == state
 
 
-# docs/gpu-lifecycle.md, "What Placement is offered": only these two.
-DOCUMENTED_OFFERED = {('Ready', 'Managed'), ('Ready', 'Unclaimed')}
+# docs/gpu-lifecycle.md, "What Placement is offered": only these three.
+DOCUMENTED_OFFERED = {('Ready', 'Managed'), ('Ready', 'Unclaimed'),
+                      ('Passthrough', 'Unclaimed')}
 # phase x management state (all 35 pairs) -> offered to Placement
 OFFERED = [(phase, state, (phase, state) in DOCUMENTED_OFFERED)
            for phase in lifecycle.PHASES for state in lifecycle.STATES]

@@ -54,18 +54,23 @@ class Discovery:
         self.shares = shares
         self.vgpus = vgpus
         self._unavailable = None
+        self._refreshed_for = set()     # unlisted GPUs NVML restarted for
         self._skipped = {}      # address → why it is not reported
         self._nova_specs = [pci_driver.DeviceSpec(spec) for spec in
                             CONF.pci_driver.nova_device_spec]
 
     def discover(self):
-        """The [Device] of the GPUs present now ([] when NVML is down)."""
-        gpus = self._nvml_gpus()
-        if gpus is None:
-            return []
+        """The [Device] of the GPUs present now.  Every NVIDIA GPU sysfs
+        shows is listed, whatever NVML says: one NVML cannot see (NVML
+        down, another kernel driver, none) carries the phase and the
+        condition that say why (phase).
+        """
         sysfs = self.state.sysfs
-        geometry = self.state.geometry
         functions = {f['address']: f for f in sysfs.nvidia_gpus()}
+        gpus = self._nvml_gpus(functions)
+        nvml_down = self._unavailable if gpus is None else None
+        gpus = gpus or {}
+        geometry = self.state.geometry
         iommu = sysfs.iommu_enabled()
         devices = []
         for address in sorted(set(gpus) | {a for a, f in functions.items()
@@ -76,6 +81,7 @@ class Discovery:
                 'product': None})
             gpu = gpus.get(address)
             known = True
+            view = phase_mod.LISTED
             if gpu is not None:
                 geometry.remember(gpu)
                 try:
@@ -89,31 +95,36 @@ class Discovery:
                        or geometry_cache.shipped(function))
                 if gpu is not None:
                     geometry.setdefault(address, gpu)
+                else:
+                    gpu = geometry_cache.placeholder(function)
                 instances = None
-            if gpu is None:
-                LOG.warning('GPU %s is bound to %s and NVML has never seen '
-                            'it; skipping it until it is bound to nvidia '
-                            'once', address, function['driver'] or 'nothing')
-                continue
+                if function['driver'] == 'nvidia':
+                    # NVML should see it and does not: nobody can tell
+                    # what runs on it.
+                    known = False
+                    view = nvml_down or phase_mod.UNLISTED
             vgpu_state = None
             if gpu.host_vgpu:
                 vgpu_state = self.vgpus.view(gpu, function['vfs'])
             if self._not_ours(function, functions, vgpu_state):
                 continue
             device = self._device(gpu, function, instances, iommu,
-                                  vgpu_state)
+                                  vgpu_state, view)
             device.observations['occupancy_known'] = known
             devices.append(device)
         return devices
 
     # NVML and health -------------------------------------------------------
 
-    def _nvml_gpus(self):
+    def _nvml_gpus(self, functions):
+        """{address: Gpu} NVML lists, or None when NVML is down
+        (self._unavailable says why).
+        """
         backend = self.state.backend
         try:
             backend.open()
             gpus = {g.address: g for g in backend.gpus()}
-            if self._lost(gpus):
+            if self._lost(gpus) or self._new_on_nvidia(gpus, functions):
                 # NVML enumerates at init: a GPU that came back (or moved
                 # drivers) is only seen after starting over.
                 backend.refresh()
@@ -121,7 +132,8 @@ class Discovery:
             self._watch_health(gpus.values())
         except (nvml.NvmlUnavailable, nvml.NvmlError) as e:
             if str(e) != self._unavailable:
-                LOG.error('NVIDIA GPUs are not reported on this host: %s', e)
+                LOG.error('NVML is unavailable; GPUs on the nvidia driver '
+                          'are reported Failed until it is back: %s', e)
                 self._unavailable = str(e)
             return None
         if self._unavailable is not None:
@@ -140,6 +152,16 @@ class Discovery:
     def _lost(self, gpus):
         """GPUs the nvidia driver holds that NVML did not list."""
         return [a for a in self._watched() if a not in gpus]
+
+    def _new_on_nvidia(self, gpus, functions):
+        """GPUs bound to nvidia that NVML has never listed (bound since
+        NVML started): worth one re-enumeration each, not one per pass.
+        """
+        new = {a for a, f in functions.items()
+               if f['physfn'] is None and f['driver'] == 'nvidia'
+               and a not in gpus and a not in self._refreshed_for}
+        self._refreshed_for = (self._refreshed_for | new) - set(gpus)
+        return new
 
     def _watch_health(self, gpus):
         """XID/ECC events of the GPUs NVML sees, and a health probe of
@@ -188,7 +210,8 @@ class Discovery:
 
     # The device record -----------------------------------------------------
 
-    def _device(self, gpu, function, instances, iommu, vgpu_state=None):
+    def _device(self, gpu, function, instances, iommu, vgpu_state=None,
+                view=phase_mod.LISTED):
         whole_in_use = instances is None
         kind = vgpu_mod.host_kind(gpu)
         slots = state_mod.slots(gpu, instances or [])
@@ -235,7 +258,9 @@ class Discovery:
                  'compute_capability': '%d.%d' % tuple(
                      gpu.compute_capability[:2]),
                  'mig_mode': gpu.mig_current}
-        phase, conditions = phase_mod.phase(self.state.health, gpu, mode)
+        phase, conditions = phase_mod.phase(
+            self.state.health, gpu, mode, function['driver'], view,
+            self.state.change_under_way(gpu.address))
         observations = {
             'mode': mode, 'driver': function['driver'],
             'orphan_instances': len(orphans), 'conditions': conditions,

@@ -43,6 +43,19 @@ def shipped(function):
                            uuid=UNSEEN + function['address']))
 
 
+def placeholder(function):
+    """A GPU nobody can describe (NVML never saw it, no shipped capture of
+    its product): listed with what sysfs knows, whole use only, so its
+    phase and conditions reach the operator.
+    """
+    product = function.get('product') or 'unknown'
+    return nvml.Gpu(uuid=UNSEEN + function['address'],
+                    address=function['address'],
+                    name='NVIDIA GPU (PCI device %s)' % product,
+                    product_id=product, memory_total=0, memory_reserved=0,
+                    compute_capability=(0, 0))
+
+
 class GeometryCache:
 
     def __init__(self):

@@ -158,14 +158,23 @@ def test_passthrough_trait_needs_iommu_no_vfs_and_a_way_to_vfio(make_host):
     (9, 'kernel driver is not loaded'),
     (18, 'different versions'),
     (4, 'no permission')])
-def test_nvml_failure_reports_nothing_and_says_why_once(make_host, caplog,
-                                                        code, words):
+def test_nvml_failure_keeps_gpus_failed_and_says_why_once(make_host,
+                                                          caplog, code,
+                                                          words):
+    """The GPUs stay listed (Failed, occupancy unknown: fenced) with the
+    reason in their DriverReady condition; the log says it once.
+    """
     host = make_host()
     host.nvml.init_error = code
     drv = new_driver(host)
     caplog.set_level(logging.ERROR)
-    assert drv.discover() == []
-    assert drv.discover() == []
+    for _ in range(2):
+        devices = drv.discover()
+        assert [(d.phase, d.observations['occupancy_known'])
+                for d in devices] == [('Failed', False)] * 2
+        assert all(words in c['message'] for d in devices
+                   for c in d.observations['conditions']
+                   if c['type'] == 'DriverReady')
     said = [r for r in caplog.records if words in r.getMessage()]
     assert len(said) == 1
 
