@@ -11,6 +11,7 @@ fits.
 """
 
 import dataclasses
+import functools
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,3 +117,40 @@ def match_profile(profiles, mem_slices, compute_slices=None, ofa=0):
                            or p.compute_slices == compute_slices)]
     return min(candidates, key=lambda p: (p.ofas, p.multiprocessors),
                default=None)
+
+
+def _vector(profile):
+    return {'slices': profile.slices, 'compute': profile.compute_slices,
+            'decoders': profile.decoders, 'jpegs': profile.jpegs,
+            'ofas': profile.ofas, 'copy_engines': profile.copy_engines}
+
+
+@functools.lru_cache(maxsize=None)
+def _most_added(profiles, key):
+    """{resource: the most of it any set of new instances could still
+    take} next to the instances `key` ((profile id, start), sorted).
+    """
+    by_id = {p.id: p for p in profiles}
+    slots = [Slot(pid, start, by_id[pid].slices) for pid, start in key]
+    best = {}
+    for profile in profiles:
+        for start in legal_starts(profile, slots, profiles):
+            after = _most_added(profiles, tuple(sorted(
+                key + ((profile.id, start),))))
+            for name, amount in _vector(profile).items():
+                best[name] = max(best.get(name, 0),
+                                 after.get(name, 0) + amount)
+    return best
+
+
+def most_added(slots, profiles):
+    """The most of each resource ('slices', 'compute', 'decoders',
+    'jpegs', 'ofas', 'copy_engines') that instances created next to
+    `slots` could still take together, whatever they are: what Placement
+    may still hand out without granting claims that cannot all be placed
+    for want of room (slices no legal placement can reach, SM slices two
+    3g leave stranded).  Exhaustive over the legal layouts (a few thousand
+    on an 8-slice GPU), cached.
+    """
+    return _most_added(tuple(profiles), tuple(sorted(
+        (s.profile_id, s.start) for s in slots)))

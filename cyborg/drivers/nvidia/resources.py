@@ -114,7 +114,37 @@ def inventories(profiles, slots, orphans=(), whole_in_use=False):
             fitting = mig.fitting(slots, profiles)
             invs[COMPUTE_SLICE]['max_unit'] = max(
                 by_id[i].compute_slices for i in fitting)
+            _reserve_unreachable(invs, profiles, slots)
     return invs
+
+
+# resource class -> mig.most_added() key
+_ADDED = {MEM_SLICE: 'slices', COMPUTE_SLICE: 'compute', NVDEC: 'decoders',
+          NVJPG: 'jpegs', OFA: 'ofas'}
+
+
+def _reserve_unreachable(invs, profiles, slots):
+    """Reserve what no set of new instances could take any more (a slice
+    no legal placement reaches, the SM slice two 3g strand): the least
+    capacity that still grants every set of claims that can be placed
+    together, so claims that race between two publications are granted
+    together only when the layout leaves room for them as counts go
+    (docs/nvidia-gpus.md, "Claims that race").
+    """
+    by_id = {p.id: p for p in profiles}
+    taken = {}
+    for slot in slots:
+        for rc, n in profile_vector(by_id[slot.profile_id]).items():
+            taken[rc] = taken.get(rc, 0) + n
+    added = mig.most_added(slots, profiles)
+    for rc, key in _ADDED.items():
+        inv = invs.get(rc)
+        if inv is None:
+            continue
+        room = inv['total'] - taken.get(rc, 0)
+        unreachable = max(0, room - added.get(key, 0))
+        # Orphans are reserved already; claimed instances are allocations.
+        inv['reserved'] = min(inv['total'], inv['reserved'] + unreachable)
 
 
 def fit_traits(profiles, slots, whole_in_use=False):
