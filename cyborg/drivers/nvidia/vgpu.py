@@ -307,13 +307,16 @@ class Vgpu:
         if gpu.mig_current != 1:
             return
         try:
-            current, _ = self.state.backend.set_mig_mode(gpu.uuid, False)
+            with self.state.changing(gpu.address, 'MIG mode'):
+                current, _, activation = self.state.backend.set_mig_mode(
+                    gpu.uuid, False)
         except Exception as e:
             raise base.PrepareError('Turning MIG mode off for GPU %s '
                                     'failed: %s' % (gpu.address, e))
         if current != 0:
-            raise base.PrepareError('MIG mode on GPU %s is pending a GPU '
-                                    'reset' % gpu.address)
+            raise base.PrepareError('MIG mode off on GPU %s is pending (NVML '
+                                    'activation status: %s)'
+                                    % (gpu.address, activation))
         gpu.mig_current = 0
 
     def release(self, address, info):
