@@ -16,7 +16,6 @@ cyborg.common.lifecycle; docs/gpu-lifecycle.md is the table).
 """
 
 from cyborg.common import lifecycle
-from cyborg.conf import CONF
 from cyborg.drivers.nvidia import passthrough
 
 # How discovery saw the GPU through NVML.
