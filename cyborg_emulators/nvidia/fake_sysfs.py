@@ -213,11 +213,12 @@ class FakeSysfs(sysfs.Sysfs):
     nvidia driver (the fake NVML's session, persistence mode): an unbind
     from nvidia then blocks until wait_released(address) returns, as the
     driver's remove does (see FakeNvml.holds).  on_reset(address) plays a
-    PCI reset of the function.
+    PCI reset of the function.  on_unbound(address) tells the fake NVML
+    that a GPU left the nvidia driver (Hopper then loses its MIG mode).
     """
 
     def __init__(self, root, holds=None, wait_released=None,
-                 on_reset=None):
+                 on_reset=None, on_unbound=None):
         super().__init__(root)
         self._tree = _Tree(root)
         self.rebinds = []  # (address, from driver, to driver) per call
@@ -229,6 +230,7 @@ class FakeSysfs(sysfs.Sysfs):
         self.holds = holds or (lambda address: False)
         self.wait_released = wait_released or (lambda address: True)
         self.on_reset = on_reset
+        self.on_unbound = on_unbound
         # The kernel applies control-file writes atomically; here several
         # threads (NVML visibility checks, the health monitor, a rebind)
         # may settle the tree at once.
@@ -313,6 +315,8 @@ class FakeSysfs(sysfs.Sysfs):
             address = _take(os.path.join(tree.drivers, name, 'unbind'))
             if address and tree.bound(address) == name:
                 tree.bind(address, None)
+                if name == 'nvidia' and self.on_unbound is not None:
+                    self.on_unbound(address)
         for name in names:
             address = _take(os.path.join(tree.drivers, name, 'bind'))
             if address and tree.unbound(address):
@@ -353,7 +357,8 @@ class FakeGpuHost:
         self._build()
         self.sysfs = FakeSysfs(root, holds=self.nvml.holds,
                                wait_released=self.nvml.wait_released,
-                               on_reset=self._reset)
+                               on_reset=self._reset,
+                               on_unbound=self.nvml.driver_unbound)
         self.sysfs.vgpu_managers = self.vgpu_managers()
         self.sysfs.settle_vgpu()
 

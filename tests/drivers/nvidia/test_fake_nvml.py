@@ -1143,3 +1143,27 @@ def test_host_state_file_survives_restart(host, tmp_path):
     assert gi_ids(h, 9) == [1]
     assert again.to_state() == saved
     assert again.sysfs.driver('0000:1b:00.0') == 'vfio-pci'
+
+
+def test_quick_vfio_round_trip_between_nvml_sessions_loses_hopper_mig(host):
+    """A GPU that leaves the nvidia driver and comes back while no NVML
+    session is open is still a GPU that left it: the fake sysfs tells the
+    fake NVML at the unbind, so Hopper comes back with MIG off and no GPU
+    instances (contract §5) even though NVML never saw it missing.
+    """
+    spec = {'nvidia': {'iommu': True, 'gpus': [
+        {'model': 'h200', 'pci_address': '0000:43:00.0', 'uuid': GPU_B,
+         'driver': 'nvidia', 'mig_mode': 1, 'iommu_group': 40}]}}
+    fake = host(spec).install()
+    fake.nvml.set_persistence_mode(GPU_B, False)
+    N.nvmlInit()
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    assert N.nvmlDeviceGetMigMode(h) == [1, 1]
+    create(h, 19, 0)
+    N.nvmlShutdown()
+    fake.sysfs.rebind('0000:43:00.0', 'vfio-pci')
+    fake.sysfs.rebind('0000:43:00.0', 'nvidia')
+    N.nvmlInit()
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    assert N.nvmlDeviceGetMigMode(h) == [0, 0]
+    assert fake.nvml.to_state()['gpus'][GPU_B]['gpu_instances'] == []
