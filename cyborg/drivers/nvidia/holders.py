@@ -13,30 +13,42 @@ PROC = '/proc'
 
 def open_by(minor, proc_root=PROC):
     """[(pid, command name)] of the processes, other than this one, with
-    /dev/nvidia<minor> open.
+    /dev/nvidia<minor> open.  Best effort: what cannot be read is skipped.
     """
-    root = proc_root
-    wanted = '/dev/nvidia%d' % minor
+    return holding('/dev/nvidia%d' % minor, proc_root)
+
+
+def holding(device, proc_root=PROC, strict=False):
+    """[(pid, command name)] of the processes, other than this one, with
+    the file `device` open, from /proc/<pid>/fd links, in pid order.
+
+    strict: only a process that exits during the scan is skipped; any other
+    error (an unreadable /proc, no permission) propagates, so that a
+    caller deciding whether a device is free fails closed.
+    """
+    skipped = FileNotFoundError if strict else OSError
     out = []
     try:
-        pids = [p for p in os.listdir(root) if p.isdigit()]
+        pids = [p for p in os.listdir(proc_root) if p.isdigit()]
     except OSError:
+        if strict:  # no /proc to read is not "nobody holds it"
+            raise
         return out
     for pid in sorted(pids, key=int):
         if int(pid) == os.getpid():
             continue
-        fd_dir = os.path.join(root, pid, 'fd')
+        fd_dir = os.path.join(proc_root, pid, 'fd')
         try:
             fds = os.listdir(fd_dir)
-        except OSError:
+        except skipped:
             continue
         for fd in fds:
             try:
                 target = os.readlink(os.path.join(fd_dir, fd))
-            except OSError:
+            except skipped:
                 continue
-            if target == wanted:
-                out.append((int(pid), _comm(root, pid)))
+            if target == device:
+                out.append((int(pid), _comm(proc_root, pid)))
                 break
     return out
 

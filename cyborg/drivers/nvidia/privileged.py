@@ -41,6 +41,8 @@ import threading
 from oslo_privsep import capabilities as caps
 from oslo_privsep import priv_context
 
+from cyborg.drivers.nvidia import holders
+
 context = priv_context.PrivContext(
     __name__,
     cfg_section='nvidia_privsep',
@@ -266,25 +268,8 @@ def vfio_group_holders(proc_root, group):
     proc_root = _root(proc_root)
     if not isinstance(group, int) or group < 0:
         raise PrivilegedError('not an IOMMU group: %r' % (group,))
-    wanted = '/dev/vfio/%d' % group
-    holders = []
-    for name in sorted(os.listdir(proc_root), key=lambda n: (len(n), n)):
-        if not name.isdigit():
-            continue
-        fds = os.path.join(proc_root, name, 'fd')
-        try:
-            entries = os.listdir(fds)
-        except FileNotFoundError:
-            continue
-        for fd in entries:
-            try:
-                target = os.readlink(os.path.join(fds, fd))
-            except FileNotFoundError:
-                continue
-            if target == wanted:
-                holders.append(int(name))
-                break
-    return holders
+    return [pid for pid, _ in holders.holding(
+        '/dev/vfio/%d' % group, proc_root, strict=True)]
 
 
 # NVML --------------------------------------------------------------------
