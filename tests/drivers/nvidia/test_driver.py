@@ -17,7 +17,7 @@ from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import driver as nvidia
 from cyborg.drivers.nvidia import resources
 from cyborg.objects import device as records
-from cyborg_emulators.nvidia import fake_sysfs
+from tests.drivers.nvidia import conftest
 from tests.drivers.nvidia import geometry
 
 GPU1 = '0000:1b:00.0'
@@ -36,26 +36,13 @@ def spec(model='h200', gpu2=True, **gpu1):
 
 
 @pytest.fixture
-def make_host(tmp_path):
-    hosts = []
-
+def make_host(install_host):
     def make(host_spec=None, name='sys'):
-        host = fake_sysfs.FakeGpuHost(host_spec or spec(),
-                                      root=str(tmp_path / name))
-        host.install()
-        hosts.append(host)
-        CONF.set_override('sysfs_root', host.root, group='nvidia')
-        CONF.set_override('proc_root', host.proc_root, group='nvidia')
-        return host
-
-    yield make
-    for host in hosts:
-        host.uninstall()
+        return install_host(host_spec or spec(), name)
+    return make
 
 
-def new_driver(host):
-    return nvidia.NvidiaDriver(backend=nvml.PynvmlBackend(retry_delay=0),
-                               sysfs=host.sysfs)
+new_driver = conftest.new_driver
 
 
 def group(profile_name):

@@ -11,41 +11,27 @@ import pynvml as N
 import pytest
 
 from cyborg.conf import CONF
-from cyborg.drivers.nvidia import backend as nvml
-from cyborg.drivers.nvidia import driver as nvidia
 from cyborg.drivers.nvidia import models
 from cyborg.drivers.nvidia import resources
-from cyborg_emulators.nvidia import fake_sysfs
+from tests.drivers.nvidia import conftest
 
 GPU1 = '0000:1b:00.0'
 GPU2 = '0000:43:00.0'
 
 
 @pytest.fixture
-def make_host(tmp_path):
-    hosts = []
-
+def make_host(install_host):
     def make(*drivers, model='h200', **gpu1):
         first = {'model': model, 'pci_address': GPU1, 'driver': drivers[0]}
         gpus = [dict(first, **gpu1)]
         if len(drivers) > 1:
             gpus.append({'model': model, 'pci_address': GPU2,
                          'driver': drivers[1]})
-        host = fake_sysfs.FakeGpuHost({'iommu': True, 'gpus': gpus},
-                                      root=str(tmp_path / 'sys'))
-        host.install()
-        hosts.append(host)
-        CONF.set_override('sysfs_root', host.root, group='nvidia')
-        return host
-
-    yield make
-    for host in hosts:
-        host.uninstall()
+        return install_host({'iommu': True, 'gpus': gpus})
+    return make
 
 
-def new_driver(host):
-    return nvidia.NvidiaDriver(backend=nvml.PynvmlBackend(retry_delay=0),
-                               sysfs=host.sysfs)
+new_driver = conftest.new_driver
 
 
 def seen(devices):

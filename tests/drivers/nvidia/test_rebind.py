@@ -15,11 +15,10 @@ import pytest
 from cyborg.conf import CONF
 from cyborg.drivers import base
 from cyborg.drivers.nvidia import backend as nvml
-from cyborg.drivers.nvidia import driver as nvidia
 from cyborg.drivers.nvidia import privileged
 from cyborg.drivers.nvidia import sysfs as sysfs_mod
 from cyborg.objects import device as records
-from cyborg_emulators.nvidia import fake_sysfs
+from tests.drivers.nvidia import conftest
 
 GPU = '0000:1b:00.0'
 AUDIO = '0000:1b:00.1'
@@ -40,29 +39,18 @@ def handle(info=None):
 
 
 @pytest.fixture
-def make_host(tmp_path):
-    hosts = []
-
+def make_host(install_host):
     def make(**gpu):
-        spec = {'iommu': True, 'gpus': [dict(
+        host = install_host({'iommu': True, 'gpus': [dict(
             {'model': 'h200', 'pci_address': GPU, 'driver': 'nvidia',
-             'iommu_group': 7}, **gpu)]}
-        host = fake_sysfs.FakeGpuHost(spec, root=str(tmp_path / 'sys'))
-        host.install()
-        hosts.append(host)
-        CONF.set_override('sysfs_root', host.root, group='nvidia')
-        CONF.set_override('proc_root', host.proc_root, group='nvidia')
+             'iommu_group': 7}, **gpu)]})
         CONF.set_override('rebind_for_passthrough', True, group='nvidia')
         return host
-
-    yield make
-    for host in hosts:
-        host.uninstall()
+    return make
 
 
 def new_driver(host):
-    drv = nvidia.NvidiaDriver(backend=nvml.PynvmlBackend(retry_delay=0),
-                              sysfs=host.sysfs)
+    drv = conftest.new_driver(host)
     drv.discover()
     return drv
 

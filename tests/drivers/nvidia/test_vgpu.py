@@ -19,6 +19,7 @@ from cyborg.drivers.nvidia import vgpu
 from cyborg.objects import device as records
 from cyborg_emulators.nvidia import fake_sysfs
 from cyborg_emulators.nvidia import fake_vgpu
+from tests.drivers.nvidia import conftest
 
 import yaml
 
@@ -42,24 +43,11 @@ def vgpu_spec(layout='vfio', model='h200', vfs=16, heterogeneous=False):
 
 
 @pytest.fixture
-def make_host(tmp_path):
-    hosts = []
-
-    def make(host_spec, name='sys'):
-        host = fake_sysfs.FakeGpuHost(host_spec, root=str(tmp_path / name))
-        host.install()
-        hosts.append(host)
-        CONF.set_override('sysfs_root', host.root, group='nvidia')
-        return host
-
-    yield make
-    for host in hosts:
-        host.uninstall()
+def make_host(install_host):
+    return install_host
 
 
-def new_driver(host):
-    return nvidia.NvidiaDriver(backend=nvml.PynvmlBackend(retry_delay=0),
-                               sysfs=host.sysfs)
+new_driver = conftest.new_driver
 
 
 def profile_group(name):
