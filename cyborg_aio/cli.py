@@ -8,6 +8,7 @@ data.
 """
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -16,7 +17,17 @@ import threading
 from cyborg.common import config
 from cyborg.common import service
 from cyborg.conf import CONF
+from cyborg import data
+from cyborg.db import api as db_api
 from cyborg_aio import stack as embedded
+
+
+def _host_spec(value):
+    """--host-spec: a shipped host's name or a file, as a path."""
+    try:
+        return data.fake_host(value)
+    except data.NotFound as e:
+        raise argparse.ArgumentTypeError(str(e))
 
 
 def _parser():
@@ -36,11 +47,13 @@ def _parser():
                'prints their libvirt <hostdev> XML and ARQs; the '
                'instances stay, and the next start replaces them. With a '
                'host spec of NVIDIA GPUs the demo boots what a VM can get '
-               'there with the profiles of etc/cyborg/device-profiles '
-               'instead: on etc/cyborg/fake-hosts/h200-vgpu.yaml (vGPU '
-               'Manager) time-sliced and MIG-backed vGPUs, on '
-               'h200-dc.yaml (data-center driver) a whole H200, and it '
-               'shows that a vGPU profile finds no candidate there. '
+               'there with the shipped device profiles instead: on '
+               'h200-vgpu (vGPU Manager) time-sliced and MIG-backed '
+               'vGPUs, on h200-dc (data-center driver) a whole H200, and '
+               'it shows that a vGPU profile finds no candidate there. '
+               'On the terminal only warnings and errors are logged '
+               '(everything with --debug); STATE_DIR/cyborg-aio.log has '
+               'the INFO log. '
                'Ctrl-C or SIGTERM stops it (exit status 0); '
                'starting again with the same --state-dir keeps the data.')
     parser.add_argument(
@@ -71,12 +84,14 @@ def _parser():
                         help='Port of the agent\'s Prometheus /metrics '
                              '(default 9740; the API serves its own at '
                              '/metrics).')
-    parser.add_argument('--host-spec', metavar='FILE',
-                        help='Fake host description (YAML): "devices" for '
-                             'the fake driver, "nvidia" for GPUs served by '
-                             'the nvidia driver over a fake NVML and sysfs '
-                             '(default: etc/cyborg/fake-hosts/'
-                             'gpu-host.yaml).')
+    parser.add_argument('--host-spec', metavar='NAME|FILE',
+                        type=_host_spec,
+                        help='Fake host description: the name of a shipped '
+                             'one (%s) or a YAML file of your own: '
+                             '"devices" for the fake driver, "nvidia" for '
+                             'GPUs served by the nvidia driver over a fake '
+                             'NVML and sysfs (default: gpu-host).'
+                             % ', '.join(data.names(data.FAKE_HOSTS)))
     parser.add_argument('--config-file', action='append', default=[],
                         metavar='PATH',
                         help='Optional cyborg.conf file(s); the state '
@@ -108,13 +123,19 @@ def _parser():
                              '--keystone; 0 picks a free one (default: '
                              '%(default)s).')
     parser.add_argument('--debug', action='store_true',
-                        help='Log at DEBUG level.')
+                        help='Log at DEBUG level, on the terminal too '
+                             '(otherwise the terminal gets warnings and '
+                             'errors only, the log file INFO).')
     return parser
 
 
-def ready_line(stack):
-    return 'cyborg-aio ready: api=%s placement=%s' % (stack.api_url,
+LOG_FILE = 'cyborg-aio.log'
+
+
+def ready_line(stack, log_file=None):
+    line = 'cyborg-aio ready: api=%s placement=%s' % (stack.api_url,
                                                       stack.placement_url)
+    return line + (' log=%s' % log_file if log_file else '')
 
 
 def _start_demo(stack):
@@ -191,8 +212,13 @@ def _run(args, keystone):
     oslo_args = ['--debug'] if args.debug else []
     for path in args.config_file:
         oslo_args += ['--config-file', path]
-    # Only the files named: an all-in-one never reads /etc/cyborg.
-    config.parse_args(oslo_args, config_files=[], log_to_stderr=True)
+    # Only the files named: an all-in-one never reads /etc/cyborg. The
+    # terminal gets warnings and errors (the demo's output stays
+    # readable), the log file in the state directory INFO and up.
+    os.makedirs(args.state_dir, exist_ok=True)
+    config.parse_args(oslo_args, config_files=[], log_to_stderr=True,
+                      log_file=os.path.join(args.state_dir, LOG_FILE),
+                      stderr_level=logging.WARNING)
 
     stack = embedded.EmbeddedStack(args.state_dir, port=args.port,
                                    placement_port=args.placement_port,
@@ -213,11 +239,14 @@ def _run(args, keystone):
     except OSError as e:  # typically a port already in use
         print('cyborg-aio: cannot start: %s' % e, file=sys.stderr)
         return 1
+    except db_api.NotConfigured as e:   # e.g. a database driver missing
+        print('cyborg-aio: %s' % e, file=sys.stderr)
+        return 1
     service.settle_heap()
     try:
         if keystone is not None:
             clouds = _publish(keystone, stack, args.state_dir)
-        print(ready_line(stack), flush=True)
+        print(ready_line(stack, config.log_file_path()), flush=True)
         if keystone is not None:
             print('cyborg-aio keystone: %s clouds.yaml: %s (cloud %s)'
                   % (keystone.auth_url, clouds, CLOUD), flush=True)

@@ -14,7 +14,8 @@ import time
 from cyborg import data
 from cyborg_harness import processes
 
-READY = re.compile(r'^cyborg-aio ready: api=(\S+/v2) placement=(\S+)$')
+READY = re.compile(r'^cyborg-aio ready: api=(\S+/v2) placement=(\S+)'
+                   r'(?: log=(\S+))?$')
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAKE_HOSTS = data.folder(data.FAKE_HOSTS)
 HOST_SPEC = data.fake_host('gpu-host')
@@ -39,7 +40,8 @@ class Aio(processes.Process):
     nova_endpoint: send the events there (no demo); else Nova's events
     API is served by the aio itself on a free port. `cmd` replaces the
     command (a wrapper applying experiments, another build). On return
-    `api` (…/v2) and `placement` are the URLs of the ready line.
+    `api` (…/v2) and `placement` are the URLs of the ready line, and
+    `log_file` the INFO log it names (logs() includes it).
     """
 
     def __init__(self, workdir, state_dir=None, host_spec=HOST_SPEC,
@@ -47,9 +49,17 @@ class Aio(processes.Process):
                  metrics=True, debug=False, cmd=None, extra_args=(),
                  timeout=120, name='aio', env=None):
         argv = list(cmd or command())
-        argv += ['--state-dir', str(state_dir or os.path.join(workdir,
-                                                              'state')),
+        state_dir = str(state_dir or os.path.join(workdir, 'state'))
+        argv += ['--state-dir', state_dir,
                  '--port', '0', '--placement-port', '0']
+        # The log file is appended to across restarts: logs() reads what
+        # this run wrote.
+        self._default_log = os.path.abspath(os.path.join(
+            str(workdir), state_dir, 'cyborg-aio.log'))
+        try:
+            self._log_offset = os.path.getsize(self._default_log)
+        except OSError:
+            self._log_offset = 0
         if metrics:
             argv += ['--metrics-port', '0']
         if nova_endpoint:
@@ -67,9 +77,10 @@ class Aio(processes.Process):
         argv += list(extra_args)
         super().__init__(name, argv, str(workdir), env=env, cwd=str(workdir),
                          stdout_lines=True)
-        self.api = self.placement = None
+        self.api = self.placement = self.log_file = None
         try:
-            self.api, self.placement = self._wait_ready(timeout)
+            self.api, self.placement, self.log_file = self._wait_ready(
+                timeout)
         except BaseException:
             self.kill()
             raise
@@ -96,6 +107,23 @@ class Aio(processes.Process):
             raise NotReady('unexpected first stdout line %r:\n%s'
                            % (line, self.log_tail()))
         return match.groups()
+
+    def logs(self):
+        """stderr (warnings and errors, or all with debug) followed by
+        the log file the ready line named (INFO and up).
+        """
+        text = super().logs()
+        if self.log_file and os.path.exists(self.log_file):
+            with open(self.log_file, 'rb') as f:
+                if self.log_file == self._default_log:
+                    f.seek(self._log_offset)
+                text += '\n--- %s ---\n%s' % (
+                    self.log_file, f.read().decode(errors='replace'))
+        return text
+
+    def stderr_lines(self):
+        """What cyborg-aio wrote to its stderr (the terminal's log)."""
+        return [line for line in super().logs().splitlines() if line]
 
     def read_until(self, pattern, timeout=120):
         """stdout lines after the ready line, up to one matching

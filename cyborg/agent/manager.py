@@ -110,12 +110,12 @@ class AgentManager:
                     handle['deployable_name'], handle)
             except Exception:
                 LOG.exception('Releasing handle %s failed', handle['uuid'])
-        if any([self._republish(name)
-                for name in {h['driver_name'] for h in handles}]):
-            # The device is free now: a pass of the agent's own learns that
-            # from the conductor and re-settles its lifecycle (unfencing a
-            # whole GPU that was passed through).
-            self._loop.wake()
+        for name in {h['driver_name'] for h in handles}:
+            self._republish(name)
+        # The device is free now: a pass of the agent's own learns that
+        # from the conductor and re-settles its lifecycle (Managed back to
+        # Unclaimed; unfencing a whole GPU that was passed through).
+        self._loop.wake()
 
     def _republish(self, driver_name):
         """A driver whose inventories follow what is bound (MIG: what still

@@ -159,13 +159,29 @@ class ProviderSync:
             writes += 1
         inventories = {rc: dict(current_inv.get(rc, {}), **inv)
                        for rc, inv in want['inventories'].items()}
-        if inventories != current_inv:
+        fitted = self._fit_fences(rp_uuid, inventories)
+        if fitted != current_inv:
+            # Fences are fitted again after each read of the generation:
+            # to the allocations of the generation the PUT names.
             generation = self._retry(rp_uuid, generation, lambda g: (
-                self.client.put_inventories(rp_uuid, g, inventories)),
+                self.client.put_inventories(
+                    rp_uuid, g, self._fit_fences(rp_uuid, inventories))),
                 lambda: self.client.inventories(rp_uuid)[0])
             writes += 1
         self._seen[rp_uuid] = (generation, want)
         return writes
+
+    def _fit_fences(self, rp_uuid, inventories):
+        """Fenced inventories (reserved = total) reserve only what the
+        provider's allocations leave free: nothing more fits, and
+        Placement sees no usage above capacity. One GET of the usages,
+        only for a provider with a fence.
+        """
+        if not any(inv.get('reserved', 0) >= inv['total']
+                   for inv in inventories.values()):
+            return inventories
+        return placement.fit_fences(inventories,
+                                    self.client.usages(rp_uuid))
 
     def _half_made(self, rp, traits):
         """One of ours whose creation stopped before its traits were set:
@@ -203,8 +219,9 @@ class ProviderSync:
             if e.status != 409:
                 raise
         LOG.warning('Provider %s belongs to a vanished device but still has '
-                    'allocations; fencing it (reserved = total) until they '
+                    'allocations; fencing it (no free capacity) until they '
                     'are gone', rp_uuid)
         changed = self.client.update_inventories(
-            rp_uuid, lambda inv: placement.fence(inv, True))
+            rp_uuid, lambda inv: placement.fence(
+                inv, True, self.client.usages(rp_uuid)))
         return 1 if changed else 0

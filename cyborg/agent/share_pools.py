@@ -226,7 +226,8 @@ class SharePools:
         if self.client.provider(rp) is not None:
             try:
                 self.client.update_inventories(
-                    rp, lambda inv: placement.fence(inv, True))
+                    rp, lambda inv: placement.fence(inv, True,
+                                                    self._usages(rp)))
             except placement.NotFound:
                 pass
             if any(self._usages(rp).values()):

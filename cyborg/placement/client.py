@@ -232,8 +232,28 @@ class PlacementClient:
                                  % attempts)
 
 
-def fence(inventories, fenced):
-    """Set reserved to total (fenced) or 0, leaving other fields alone."""
+def fence(inventories, fenced, usages=None):
+    """Set reserved to total (fenced) or 0, leaving other fields alone.
+
+    usages ({resource class: used}, GET .../usages): a fenced inventory
+    reserves only what is not used, so that capacity equals usage. Nothing
+    more fits either way, but Placement does not log the provider as "now
+    over-capacity" (which it does when used > total - reserved).
+    """
     for inv in inventories.values():
         inv['reserved'] = inv['total'] if fenced else 0
-    return inventories
+    return fit_fences(inventories, usages) if usages else inventories
+
+
+def fit_fences(inventories, usages):
+    """Inventories whose fully reserved classes (fenced: nothing more may
+    be allocated) reserve total - used instead, `usages` being the
+    provider's; others unchanged. A new dict; the input is left alone.
+    """
+    out = {}
+    for rc, inv in inventories.items():
+        used = min(usages.get(rc, 0), inv['total'])
+        if used and inv.get('reserved', 0) >= inv['total']:
+            inv = dict(inv, reserved=inv['total'] - used)
+        out[rc] = inv
+    return out

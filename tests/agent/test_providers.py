@@ -123,7 +123,61 @@ def test_vanished_device_with_allocations_is_fenced(host):
     sync.sync(providers.wanted_providers(host['nodename'], devices[1:]))
     assert gpu in {rp['uuid'] for rp in _children(host).values()}
     _, inv = host['client'].inventories(gpu)
-    assert inv['PGPU']['reserved'] == inv['PGPU']['total'] == 1
+    # Fenced: capacity is what the allocation uses (nothing more fits),
+    # never below it (Placement would log the provider over capacity).
+    assert inv['PGPU']['total'] == 1
+    assert inv['PGPU']['reserved'] == 0
+    assert host['client'].usages(gpu) == {'PGPU': 1}
+
+
+def _allocate(host, rp, resources):
+    body = {'allocations': {rp: {'resources': resources}},
+            'project_id': str(uuid.uuid4()), 'user_id': str(uuid.uuid4()),
+            'consumer_generation': None}
+    return host['raw'].put('/allocations/%s' % uuid.uuid4(),
+                           microversion='1.28', raise_exc=False, json=body)
+
+
+def test_fence_over_allocations_reserves_only_what_is_free(host):
+    """A fenced device with allocations (a GPU passed through, a pool in
+    maintenance): reserved = total - used, so nothing more fits and the
+    usage never exceeds capacity; unfenced, the full capacity is back.
+    """
+    sync = providers.ProviderSync(host['client'], host['nodename'])
+    devices = _devices(host['nodename'])
+    nodename = host['nodename']
+    sync.sync(providers.wanted_providers(nodename, devices))
+    fpga = providers.provider_uuid(nodename, '0000:0c:00.0')
+    assert _allocate(host, fpga, {'FPGA': 3}).status_code == 204
+    fenced = {devices[2].cpid_key}
+    sync.sync(providers.wanted_providers(nodename, devices, fenced))
+    _, inv = host['client'].inventories(fpga)
+    assert (inv['FPGA']['total'], inv['FPGA']['reserved']) == (4, 1)
+    assert _allocate(host, fpga, {'FPGA': 1}).status_code == 409
+    # A pass with nothing changed writes nothing (the fitted fence is what
+    # Placement holds), even a full one.
+    assert sync.sync(providers.wanted_providers(nodename, devices, fenced),
+                     full=True) == 0
+    sync.sync(providers.wanted_providers(nodename, devices))
+    _, inv = host['client'].inventories(fpga)
+    assert inv['FPGA']['reserved'] == 0
+    assert _allocate(host, fpga, {'FPGA': 1}).status_code == 204
+
+
+def test_fit_fences():
+    inventories = {'A': {'total': 4, 'reserved': 4},
+                   'B': {'total': 8, 'reserved': 8},
+                   'C': {'total': 2, 'reserved': 0}}
+    assert placement.fit_fences(
+        inventories, {'A': 3, 'C': 1, 'D': 5}) == {
+        'A': {'total': 4, 'reserved': 1},
+        'B': {'total': 8, 'reserved': 8},     # nothing used: all reserved
+        'C': {'total': 2, 'reserved': 0}}     # not fenced
+    # Usage above total (someone else's doing) leaves nothing free.
+    assert placement.fit_fences(
+        {'A': {'total': 4, 'reserved': 4}}, {'A': 6}) == {
+        'A': {'total': 4, 'reserved': 0}}
+    assert inventories['A']['reserved'] == 4     # input left alone
 
 
 def test_fencing_keeps_other_inventory_fields(host):

@@ -85,7 +85,10 @@ def reserved(stack, address):
 
 
 def fenced(stack, address):
-    return all(r == t for r, t in reserved(stack, address).values())
+    """Nothing free: each class reserves what its allocations leave."""
+    usages = stack.placement.usages(stack.rp(address))
+    return all(r + usages.get(rc, 0) == t
+               for rc, (r, t) in reserved(stack, address).items())
 
 
 def reason(dev, type_):

@@ -86,7 +86,8 @@ def test_aio_serves_stops_and_keeps_state(aio):
 
     assert first.stop(signal.SIGTERM) == 0, first.logs()
     assert [line for line in first.stdout if 'ready' in line] == [
-        'cyborg-aio ready: api=%s placement=%s\n' % (api, placement)]
+        'cyborg-aio ready: api=%s placement=%s log=%s\n'
+        % (api, placement, os.path.join(aio.state_dir, 'cyborg-aio.log'))]
     assert {'cyborg.sqlite', 'placement.sqlite'} <= set(
         os.listdir(aio.state_dir))
 
@@ -110,7 +111,8 @@ def test_aio_help_documents_the_defaults():
     for expected in ('--state-dir', '~/.local/share/cyborg-aio', '--port',
                      '6666', '--placement-port', '8778', '--host-spec',
                      '--config-file', 'cyborg-aioready:api=', '--nova-port',
-                     '8774', '--nova-endpoint', '--no-demo', 'demo-gpu'):
+                     '8774', '--nova-endpoint', '--no-demo', 'demo-gpu-fpga',
+                     'gpu-host', 'cyborg-aio.log'):
         assert expected in text
 
 
@@ -121,33 +123,46 @@ def _demo_arqs(api):
 
 
 def test_aio_demo_boots_instances_and_reruns(aio):
-    """The demo: profiles created once, three instances booted the way Nova
-    boots them, their <hostdev>s and ARQs printed; a restart on the same
-    state replaces the instances instead of failing or piling up.
+    """The demo: profiles created once, two instances booted the way Nova
+    boots them, their <hostdev>s and ARQs printed, one GPU left free; a
+    restart on the same state replaces the instances instead of failing or
+    piling up. Nothing on the terminal but the ready line and the demo.
     """
     from cyborg_aio import demo
 
     first = aio(demo=True)
     out = first.read_until(r'^demo: \d+ of \d+ instance\(s\) booted')
-    assert 'demo: 3 of 3 instance(s) booted' in out, out + first.logs()
-    assert 'created demo-gpu, demo-fpga, demo-gpu-fpga' in out
-    # demo-gpu: 1 GPU; demo-fpga: 2 FPGA functions; demo-gpu-fpga: 1 + 1.
+    assert 'demo: 2 of 2 instance(s) booted' in out, out + first.logs()
+    assert 'created demo-fpga, demo-gpu-fpga' in out
+    # demo-fpga: 2 FPGA functions; demo-gpu-fpga: 1 GPU + 1 function.
     assert out.count('<hostdev mode="subsystem" type="pci" managed="yes">') \
-        == 5, out
-    assert 'bus="0x1b"' in out and 'bus="0x43"' in out
-    assert out.count('  Bound  ') == 5, out
+        == 4, out
+    assert out.count('bus="0x0c"') == 3, out
+    assert ('bus="0x1b"' in out) != ('bus="0x43"' in out), out
+    assert out.count('  Bound  ') == 4, out
     arqs = _demo_arqs(first.api)
     expected = {demo.instance_uuid(name) for name, _ in demo.INSTANCES}
     assert {a['instance_uuid'] for a in arqs} == expected
     assert {a['state'] for a in arqs} == {'Bound'}
+    # One H200 is left for the README's next steps.
+    resp = requests.get(
+        first.placement + '/allocation_candidates',
+        params={'resources': 'PGPU:1'}, timeout=10,
+        headers={'X-Auth-Token': 'admin',
+                 'OpenStack-API-Version': 'placement 1.10'})
+    assert len(resp.json()['allocation_requests']) == 1, resp.text
     assert first.stop() == 0, first.logs()
+    # Quiet by default: the terminal (stderr) got no log record at all;
+    # the INFO log is in the state directory.
+    assert first.stderr_lines() == [], first.logs()
+    assert 'listening on' in first.logs()
 
     second = aio(demo=True)
     out = second.read_until(r'^demo: \d+ of \d+ instance\(s\) booted')
-    assert 'demo: 3 of 3 instance(s) booted' in out, out + second.logs()
+    assert 'demo: 2 of 2 instance(s) booted' in out, out + second.logs()
     assert 'created' not in out
     again = _demo_arqs(second.api)
-    assert len(again) == 5 and {a['state'] for a in again} == {'Bound'}
+    assert len(again) == 4 and {a['state'] for a in again} == {'Bound'}
     assert not {a['uuid'] for a in again} & {a['uuid'] for a in arqs}
     for instance in expected:
         resp = requests.get('%s/allocations/%s' % (second.placement,
@@ -156,8 +171,9 @@ def test_aio_demo_boots_instances_and_reruns(aio):
         assert resp.json()['allocations'], instance
     resp = requests.get(second.api + '/device_profiles', timeout=10)
     assert sorted(p['name'] for p in resp.json()['device_profiles']) == [
-        'demo-fpga', 'demo-gpu', 'demo-gpu-fpga']
+        'demo-fpga', 'demo-gpu-fpga']
     assert second.stop() == 0, second.logs()
+    assert second.stderr_lines() == [], second.logs()
 
 
 def test_aio_h200_vgpu_demo_boots_vgpus_for_vms(aio):
@@ -195,6 +211,9 @@ def test_aio_h200_vgpu_demo_boots_vgpus_for_vms(aio):
         assert layouts == [[], [(9, []), (19, []), (19, [])]], layouts
         assert 'MIG instances nobody owns' not in proc.logs()
         assert proc.stop() == 0, proc.logs()
+        # No warning on the terminal: not the demo's, nor Placement's
+        # "over-capacity" for a fenced GPU that is in use.
+        assert proc.stderr_lines() == [], proc.logs()
 
 
 def test_aio_h200_dc_demo_whole_gpu_and_no_vgpu(aio):
