@@ -16,6 +16,7 @@ import pytest
 
 from cyborg.agent import metrics
 from cyborg.conf import CONF
+from cyborg import data
 from cyborg.drivers import base
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import driver as nvidia
@@ -30,13 +31,10 @@ SERVER = '50000000-0000-4000-8000-000000000001'
 GIB = 1 << 30
 FIXTURE = os.path.join(os.path.dirname(__file__), os.pardir, 'fixtures',
                        'nvml', 'h200-real-580.159.04.json')
-PROFILES = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
-                        'etc', 'cyborg', 'device-profiles')
 
 
 def _group(name):
-    with open(os.path.join(PROFILES, name + '.json')) as f:
-        return json.load(f)[0]['groups'][0]
+    return data.profile(name)[0]['groups'][0]
 
 
 def _handle(address, profile):

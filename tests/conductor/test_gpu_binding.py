@@ -4,21 +4,18 @@ nvidia driver over the fake NVML: MIG instances made at bind and destroyed
 at unbind, Placement told what still fits, failures as BindFailed with the
 reason and a `failed` event, ownership kept across an agent restart."""
 
-import json
-import os
 import uuid
 
 import pytest
 
 from cyborg.conf import CONF
+from cyborg import data
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import driver as nvidia
 from cyborg_emulators.nvidia import fake_sysfs
 from tests.conductor import test_binding
 
 GPU = '0000:1b:00.0'
-PROFILES = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
-                        'etc', 'cyborg', 'device-profiles')
 nova_server = test_binding.nova_server
 
 
@@ -48,8 +45,7 @@ def stack(sqlite_database, placement_service, nova_server, gpu_host):
 
 def load_profiles(stack, *names):
     for name in names:
-        with open(os.path.join(PROFILES, name + '.json')) as f:
-            stack.profile(name, json.load(f)[0]['groups'])
+        stack.profile(name, data.profile(name)[0]['groups'])
 
 
 def boot(stack, profile):

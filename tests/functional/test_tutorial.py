@@ -11,7 +11,6 @@ in order, so a command added to or removed from the tutorial without a
 check here fails too.
 """
 
-import json
 import os
 import queue
 import re
@@ -25,6 +24,7 @@ import uuid
 import pytest
 import requests
 
+from cyborg import data
 from cyborg_aio import cli as aio_cmd
 from cyborg_harness import aio as harness_aio
 from cyborg_harness import net
@@ -32,7 +32,6 @@ from cyborg_harness import waiting
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 TUTORIAL = os.path.join(ROOT, 'docs', 'tutorial.md')
-PROFILES = os.path.join(ROOT, 'etc', 'cyborg', 'device-profiles')
 HOST = 'myhost'  # the host name the tutorial's outputs show
 COMMAND_TIMEOUT = 60
 
@@ -197,16 +196,18 @@ def _start(command, tmp_path, nova_url):
     args = aio_cmd._parser().parse_args(argv[1:])
     assert args.no_demo, command
     assert args.nova_endpoint == DOC_NOVA, command
-    assert os.path.isfile(os.path.join(ROOT, args.host_spec)), command
+    # --host-spec: a shipped name or a path, resolved to the file.
+    host_spec = argv[argv.index('--host-spec') + 1]
+    assert os.path.isfile(args.host_spec), command
     # Everything else the tutorial passes must be one of these.
-    known = {'--host-spec', args.host_spec, '--no-demo', '--state-dir',
+    known = {'--host-spec', host_spec, '--no-demo', '--state-dir',
              args.state_dir, '--nova-endpoint', args.nova_endpoint}
     assert set(argv[1:]) <= known, command
     config_file = tmp_path / 'cyborg.conf'
     config_file.write_text('[DEFAULT]\nhost = %s\n' % HOST)
     return harness_aio.Aio(
         tmp_path, state_dir=tmp_path / 'state', config_file=config_file,
-        host_spec=os.path.join(ROOT, args.host_spec), nova_endpoint=nova_url)
+        host_spec=args.host_spec, nova_endpoint=nova_url)
 
 
 def _metrics_root(aio):
@@ -247,8 +248,7 @@ def _wait_settled(aio, timeout=30):
 
 
 def _shipped_profile(name):
-    with open(os.path.join(PROFILES, name + '.json')) as f:
-        [profile] = json.load(f)
+    [profile] = data.profile(name)
     return profile
 
 

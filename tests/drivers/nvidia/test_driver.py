@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import pytest
 
 from cyborg.conf import CONF
+from cyborg import data
 from cyborg.drivers import base
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import driver as nvidia
@@ -46,11 +47,7 @@ new_driver = conftest.new_driver
 
 
 def group(profile_name):
-    path = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
-                        os.pardir, 'etc', 'cyborg', 'device-profiles',
-                        profile_name + '.json')
-    with open(path) as f:
-        return json.load(f)[0]['groups'][0]
+    return data.profile(profile_name)[0]['groups'][0]
 
 
 def by_address(devices):
