@@ -18,7 +18,6 @@ from cyborg.common import config
 from cyborg.common import service
 from cyborg.conf import CONF
 from cyborg import data
-from cyborg.db import api as db_api
 from cyborg_aio import stack as embedded
 
 
@@ -238,9 +237,6 @@ def _run(args, keystone):
         stack.start()
     except OSError as e:  # typically a port already in use
         print('cyborg-aio: cannot start: %s' % e, file=sys.stderr)
-        return 1
-    except db_api.NotConfigured as e:   # e.g. a database driver missing
-        print('cyborg-aio: %s' % e, file=sys.stderr)
         return 1
     service.settle_heap()
     try:

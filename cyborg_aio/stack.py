@@ -21,8 +21,10 @@ from cyborg.common import ksa
 from cyborg.common import wsgi_server
 from cyborg.conf import CONF
 from cyborg.placement import client as placement_client
-from cyborg_aio import compute_node
 from cyborg_aio import placement
+from nova_cyborg_client import compute_node
+from nova_cyborg_client import placement as nova_placement
+from nova_cyborg_client import scheduler
 
 LOG = log.getLogger(__name__)
 
@@ -169,8 +171,11 @@ class EmbeddedStack:
             self._point_at_placement(self.placement_url)
             # The name the agent looks its compute node up by.
             node = self.conf.agent.resource_provider_name or self.conf.host
-            self.compute_rp_uuid = compute_node.ensure(
-                self.placement_client(), node)
+            self.compute_rp_uuid, _ = compute_node.ensure(
+                nova_placement.PlacementClient(adapter=ksa.get_adapter(
+                    'placement', self.conf, raise_exc=False,
+                    default_microversion=scheduler.PLACEMENT_MICROVERSION)),
+                node)
             LOG.info('Compute node resource provider %s (%s)', node,
                      self.compute_rp_uuid)
             self._point_at_nova()

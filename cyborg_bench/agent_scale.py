@@ -12,8 +12,8 @@ What it does, all on 127.0.0.1:
    ``--placement-db sqlite`` on SQLite (which answers 500 "database is
    locked" to concurrent writers);
 3. creates N compute-node resource providers (``bench-node-0001`` …) the
-   way nova-compute does (``cyborg_aio.compute_node.ensure``: provider,
-   VCPU/MEMORY_MB/DISK_GB inventory, COMPUTE_ACCELERATORS trait);
+   way nova-compute does (``nova_cyborg_client.compute_node.ensure``:
+   provider, VCPU/MEMORY_MB/DISK_GB inventory, COMPUTE_ACCELERATORS trait);
 4. starts ONE conductor: an oslo.messaging RPC server (threading executor)
    with ``ConductorManager``, over ``inproc://`` (in-process, as cyborg-aio;
    default) or the local RabbitMQ (``--transport rabbit``; a vhost of its
@@ -644,22 +644,21 @@ def build_adapter(concurrency):
 
 def create_compute_nodes(adapter, names, concurrency, deadline):
     """nova-compute's part: one provider per node with its inventory and
-    traits (cyborg_aio.compute_node.ensure through a PlacementClient,
-    which retries 5xx itself). Not counted in the agents' figures.
+    traits (nova_cyborg_client.compute_node.ensure on our pooled adapter).
+    Not counted in the agents' figures.
     """
-    from cyborg.placement import client as placement
-    from cyborg_aio import compute_node
+    from nova_cyborg_client import compute_node
+    from nova_cyborg_client import placement
 
-    client = placement.PlacementClient(adapter)
+    client = placement.PlacementClient(adapter=adapter)
     roots = {}
 
     def ensure(name):
         # Placement on SQLite answers 500 "database is locked" to concurrent
-        # writers, sometimes beyond the client's own retries; nova-compute
-        # would try again at its next periodic task.
+        # writers; nova-compute would try again at its next periodic task.
         for attempt in range(10):
             try:
-                return compute_node.ensure(client, name)
+                return compute_node.ensure(client, name)[0]
             except placement.PlacementError as e:
                 if attempt == 9 or e.status < 500:
                     raise

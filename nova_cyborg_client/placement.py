@@ -19,11 +19,18 @@ class PlacementError(Exception):
 
 
 class PlacementClient:
+    """Calls at microversion 1.36 with `context`'s token, or through
+    `adapter`: a keystoneauth adapter of the caller's own (a service user,
+    a benchmark's pooled session) with raise_exc=False and a default
+    microversion of at least 1.20.
+    """
 
-    def __init__(self, context, conf=None):
-        self._client = nova_conf.adapter(
-            context, nova_conf.PLACEMENT_GROUP, conf,
-            default_microversion=scheduler.PLACEMENT_MICROVERSION)
+    def __init__(self, context=None, conf=None, adapter=None):
+        if adapter is None:
+            adapter = nova_conf.adapter(
+                context, nova_conf.PLACEMENT_GROUP, conf,
+                default_microversion=scheduler.PLACEMENT_MICROVERSION)
+        self._client = adapter
 
     def get_allocation_candidates(self, resource_request):
         """(allocation_requests, provider_summaries) for the query; none

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The keystoneauth helper against the real Placement (noauth2), and the
-compute-node provider the embedded stack creates."""
+compute-node provider the embedded stack creates (nova_cyborg_client's)."""
 
 import uuid
 
@@ -12,7 +12,9 @@ from cyborg.common import ksa
 from cyborg.conf import CONF
 from cyborg.conf import opts
 from cyborg.placement import client as placement_client
-from cyborg_aio import compute_node
+from nova_cyborg_client import compute_node
+from nova_cyborg_client import placement as nova_placement
+from nova_cyborg_client import scheduler
 
 
 @pytest.fixture
@@ -45,9 +47,16 @@ def test_password_auth_is_left_alone():
 
 
 def test_compute_node_created_once(adapter):
+    """As cyborg-aio makes it: the Nova side's compute_node.ensure on a
+    keystoneauth adapter of our own [placement] options.
+    """
     client = placement_client.PlacementClient(adapter)
+    nova_client = nova_placement.PlacementClient(adapter=ksa.get_adapter(
+        'placement', raise_exc=False,
+        default_microversion=scheduler.PLACEMENT_MICROVERSION))
     name = 'compute-%s' % uuid.uuid4().hex[:8]
-    rp_uuid = compute_node.ensure(client, name)
+    rp_uuid, created = compute_node.ensure(nova_client, name)
+    assert created
 
     rp = client.provider(rp_uuid)
     assert rp['name'] == name
@@ -57,5 +66,5 @@ def test_compute_node_created_once(adapter):
     assert 'COMPUTE_ACCELERATORS' in client.traits(rp_uuid)[1]
 
     # Found again by name, and nothing written when nothing changed.
-    assert compute_node.ensure(client, name) == rp_uuid
+    assert compute_node.ensure(nova_client, name) == (rp_uuid, False)
     assert client.provider(rp_uuid)['generation'] == rp['generation']

@@ -8,6 +8,7 @@ sys.modules for the driver's module, which makes importing it fail as if
 the package were not installed.
 """
 
+import os
 import subprocess
 import sys
 
@@ -62,6 +63,31 @@ def test_missing_pymysql(command, args, status, tmp_path):
     assert 'pip install "cyborg-gpu[mysql]"' in line
     assert 's3cret' not in result.stderr
     assert list(tmp_path.iterdir()) == [tmp_path / 'cyborg.conf']
+
+
+WSGI_CHILD = '''
+import sys
+sys.modules[%(module)r] = None
+import cyborg.wsgi.api
+'''
+
+
+def test_wsgi_application_missing_pymysql(tmp_path):
+    """cyborg.wsgi.api:application as uWSGI or gunicorn loads it."""
+    conf = tmp_path / 'cyborg.conf'
+    conf.write_text('[database]\nconnection = '
+                    'mysql+pymysql://cyborg:s3cret@127.0.0.1/cyborg\n')
+    result = subprocess.run(
+        [sys.executable, '-c', WSGI_CHILD % {'module': 'pymysql'}],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env=dict(os.environ, CYBORG_CONFIG_FILE=str(conf)))
+    assert result.returncode == 1, result.stderr
+    assert 'Traceback' not in result.stderr
+    [line] = [line for line in result.stderr.splitlines()
+              if line.startswith('cyborg.wsgi.api: ')]
+    assert 'pip install "cyborg-gpu[mysql]"' in line
+    assert 's3cret' not in result.stderr
+    assert list(tmp_path.iterdir()) == [conf]
 
 
 def test_missing_psycopg2(tmp_path):
