@@ -71,7 +71,7 @@ class Process:
         self._log = open(self.log_path, 'wb')
         self.lines = queue.Queue() if stdout_lines else None
         self.stdout = []
-        env = dict(os.environ, PYTHONUNBUFFERED='1', **(env or {}))
+        env = dict(dict(os.environ, PYTHONUNBUFFERED='1'), **(env or {}))
         self.proc = subprocess.Popen(
             self.argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if stdout_lines else self._log,

@@ -94,6 +94,7 @@ class Venv:
         with open(os.path.join(purelib, 'borrowed.pth'), 'w') as f:
             f.write(deps + '\n')
         requirement = DIST + ('[%s]' % ','.join(extras) if extras else '')
+        self.requirement = requirement
         self.install_log = _run([
             sys.executable, '-m', 'pip', '--python', self.python, 'install',
             '--no-index', '--find-links', os.path.dirname(wheel),

@@ -8,10 +8,11 @@ database/user/vhost names replaced by this test's own (a throw-away
 database pair and users on the MariaDB at 127.0.0.1:3306, a vhost and user
 of its own on the RabbitMQ at 127.0.0.1:5672, managed with rabbitmqctl), so
 the guide and the test cannot drift apart. Services run as processes from
-the console scripts of the test virtualenv: a fresh virtualenv per run
-(`pip install 'cyborg-gpu[mysql]'`, the guide's first block) is too slow
-for every CI run, so that block is only checked against setup.cfg's
-extras. The PostgreSQL variant of step 2 is run on its own, as far as
+a fresh virtualenv where a wheel of this checkout was installed with the
+guide's first block, `pip install 'cyborg-gpu[mysql]'` (from the wheel's
+folder, the dependencies borrowed from the test virtualenv: see
+tests/installed.py), and from a directory outside the checkout. The
+PostgreSQL variant of step 2 is run on its own, as far as
 `cyborg-manage db sync` with the guide's PostgreSQL URL.
 
 Needs MariaDB (root, no password) and rabbitmqctl rights on the local
@@ -94,7 +95,11 @@ def test_guide_has_every_block_and_the_real_names():
 class Lab:
     """The guide's lab on this machine: names and ports of our own."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, installed=None):
+        """installed: the tests.installed.Venv whose commands run (else
+        the test virtualenv's).
+        """
+        self.installed = installed
         tag = uuid.uuid4().hex[:8]
         self.dir = str(tmp_path)
         self.db = {'cyborg': 'cyborg_og_%s' % tag,
@@ -137,12 +142,23 @@ class Lab:
             text = text.replace(lab, ours)
         return text
 
+    def script(self, name):
+        if self.installed is None:
+            return processes.script(name) or name
+        if name in ('curl',):
+            return shutil.which(name)
+        return self.installed.script(name)
+
+    def env(self, env):
+        base = self.installed.env() if self.installed else os.environ
+        return dict(base, **env)
+
     def run(self, env, argv):
         """A command that ends: its stdout; it must exit 0."""
-        argv = [processes.script(argv[0]) or argv[0]] + argv[1:]
+        argv = [self.script(argv[0])] + argv[1:]
         result = subprocess.run(
             argv, capture_output=True, text=True, timeout=TIMEOUT,
-            env=dict(os.environ, **env), cwd=self.dir)
+            env=self.env(env), cwd=self.dir)
         assert result.returncode == 0, (
             '%s exited %d:\n%s\n%s' % (' '.join(argv), result.returncode,
                                        result.stdout, result.stderr[-3000:]))
@@ -153,8 +169,8 @@ class Lab:
         name = argv[0]
         proc = processes.Process(
             '%s-%d' % (name, len(self.procs)),
-            [processes.script(name)] + argv[1:], self.dir, env=env,
-            cwd=ROOT)
+            [self.script(name)] + argv[1:], self.dir, env=self.env(env),
+            cwd=self.dir)
         self.procs.append(proc)
         if name == 'gunicorn':
             proc.wait_for(lambda: _answers(
@@ -218,8 +234,8 @@ def rabbitmqctl():
 
 
 @pytest.fixture
-def lab(tmp_path, mariadb, rabbitmqctl):
-    lab = Lab(tmp_path)
+def lab(tmp_path, mariadb, rabbitmqctl, installed):
+    lab = Lab(tmp_path, installed)
     lab.mariadb, lab.rabbitmqctl = mariadb, rabbitmqctl
     yield lab
     lab.close()
@@ -240,6 +256,10 @@ def _drop_rabbitmq(rabbitmqctl, name):
 
 def test_follow_the_guide(lab):
     blocks = guide_blocks()
+
+    # 1. Installed as the guide says (the `installed` fixture ran it).
+    [(env, argv)] = commands(blocks['install'])
+    assert (env, argv) == ({}, ['pip', 'install', lab.installed.requirement])
 
     # 2. Database and RabbitMQ, as root / with rabbitmqctl.
     lab.undo.append(lambda: _drop_mariadb(lab.mariadb, lab.db.values()))
