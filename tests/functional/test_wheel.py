@@ -52,6 +52,13 @@ def test_installed_package_is_the_wheel(installed, tmp_path):
     for line in lines[:3]:
         assert line.startswith(installed.site_packages + os.sep), lines
     assert lines[3] == 'h200-whole'
+    # The profiles as files to POST, for shell users of the wheel.
+    result = subprocess.run(
+        [installed.python, '-m', 'cyborg.data', '--path', 'device-profiles',
+         'h200-whole'], capture_output=True, text=True, timeout=120,
+        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(installed.site_packages + os.sep)
 
 
 def test_cyborg_aio_from_the_wheel_runs_its_demo(installed, tmp_path):
