@@ -18,6 +18,7 @@ import pytest
 from cyborg.agent import providers
 from cyborg.agent import share_pools
 from cyborg.conf import CONF
+from cyborg import data
 from cyborg.drivers.nvidia import shares
 from cyborg_emulators.nvidia import fake_mps_control
 from cyborg_emulators.nvidia import fake_sysfs
@@ -71,9 +72,7 @@ def stack(sqlite_database, placement_service, nova_server, gpu_host):
     s = test_binding.Stack(placement_service, nova_server,
                            test_gpu_binding.new_driver())
     s.gpu_host = gpu_host
-    with open(os.path.join(test_gpu_binding.PROFILES,
-                           PROFILE + '.json')) as f:
-        groups = json.load(f)[0]['groups']
+    groups = data.profile(PROFILE)[0]['groups']
     s.profile(PROFILE, groups)
     s.profile(PROFILE_TIMESLICE, [dict(
         {k: v for k, v in g.items() if k != 'trait:CUSTOM_GPU_SHARE_MPS'},
