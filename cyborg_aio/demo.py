@@ -23,6 +23,7 @@ from nova_cyborg_client import conf as nova_conf
 from nova_cyborg_client import context as nova_context
 from nova_cyborg_client import flow
 from nova_cyborg_client import mdev
+from nova_cyborg_client import placement as nova_placement
 from nova_cyborg_client import scheduler
 
 LOG = log.getLogger(__name__)
@@ -249,30 +250,33 @@ def run(receiver, api_url, placement_url, out, conf=None,
 
 
 class _ExpectedFailure(logging.Filter):
-    """Drops the flow runner's "Boot of instance X failed" record for an
-    instance the demo boots to show it refused: the refusal is printed
-    as the demo's output, not logged as an error on the terminal.
+    """Drops the records of a boot the demo makes to show it refused (the
+    flow runner's "Boot of instance X failed", the scheduler's failed
+    candidates query while that boot runs): the refusal is printed as the
+    demo's output, not logged as an error on the terminal.
     """
 
     def __init__(self, instance_uuid):
         super().__init__()
-        self.instance_uuid = instance_uuid
+        self.prefixes = ('Boot of instance %s failed' % instance_uuid,
+                         'Failed to retrieve allocation candidates')
 
     def filter(self, record):
-        message = record.getMessage()
-        return not (message.startswith('Boot of instance %s failed'
-                                       % self.instance_uuid))
+        return not record.getMessage().startswith(self.prefixes)
 
 
 @contextlib.contextmanager
 def _expected_failure(instance_uuid):
-    logger = logging.getLogger(flow.__name__)
+    loggers = [logging.getLogger(flow.__name__),
+               logging.getLogger(nova_placement.__name__)]
     expected = _ExpectedFailure(instance_uuid)
-    logger.addFilter(expected)
+    for logger in loggers:
+        logger.addFilter(expected)
     try:
         yield
     finally:
-        logger.removeFilter(expected)
+        for logger in loggers:
+            logger.removeFilter(expected)
 
 
 def _lifecycle_view(say, context, conf, metrics_url):
