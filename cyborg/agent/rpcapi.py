@@ -24,9 +24,13 @@ class AgentAPI:
 
     def prepare(self, context, host, deployable_name, driver_name, handle):
         """Have the driver make `handle` usable; returns attach info
-        updates (or None). Raises what the driver raised.
+        updates (or None). Raises what the driver raised, or the messaging
+        error when the agent did not answer (the binder asks again): with
+        the broker unreachable, MessageDeliveryFailure after a few
+        reconnection attempts rather than waiting for it forever.
         """
-        return self.client.prepare(server=host, version='1.1').call(
+        return self.client.prepare(server=host, version='1.1',
+                                   retry=rpc.CAST_RETRIES).call(
             context, 'prepare', deployable_name=deployable_name,
             driver_name=driver_name, handle=handle)
 

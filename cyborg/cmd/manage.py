@@ -7,9 +7,10 @@
 
 `db sync` upgrades [database] connection to REVISION (default: head);
 `db version` prints the current revision ("None" for an empty database);
-`arq list-stuck` prints the ARQs still in BindStarted after SECONDS
-(default 300, Nova's arq_binding_timeout): a conductor re-drives them, so
-any listed here point at an agent or a conductor that cannot finish.
+`arq list-stuck` prints the ARQs still in BindStarted SECONDS after Nova
+asked to bind them (default [conductor] bind_stale_after, the age at
+which the conductors' sweep re-drives a bind): any listed here point at
+an agent that does not answer or no conductor running.
 
 Without [database] connection (no --config-file, say), or with one naming
 a SQLite file that is not there (`db sync` aside, which creates it), the
@@ -39,19 +40,26 @@ def db_version():
     return migration.version()
 
 
-def stuck_arqs(older_than=300):
-    """{instance uuid: [ARQ uuid]} of ARQs BindStarted for older_than s."""
+def stuck_arqs(older_than=None):
+    """{instance uuid: [ARQ uuid]} of ARQs BindStarted for older_than s
+    (default [conductor] bind_stale_after).
+    """
     from cyborg.db import bindings
+    if older_than is None:
+        older_than = CONF.conductor.bind_stale_after
     return bindings.bind_started(older_than)
 
 
 def _run_arq_list_stuck():
-    stuck = stuck_arqs(CONF.command.older_than)
+    older_than = CONF.command.older_than
+    if older_than is None:
+        older_than = CONF.conductor.bind_stale_after
+    stuck = stuck_arqs(older_than)
     for instance, arqs in sorted(stuck.items(), key=lambda i: str(i[0])):
         for arq in arqs:
             print('%s %s' % (instance, arq))
     print('%d ARQ(s) in BindStarted for more than %ds'
-          % (sum(len(a) for a in stuck.values()), CONF.command.older_than),
+          % (sum(len(a) for a in stuck.values()), older_than),
           file=sys.stderr)
 
 
@@ -79,8 +87,9 @@ def _add_parsers(subparsers):
     arq_commands.required = True
     stuck = arq_commands.add_parser(
         'list-stuck', help='Print "INSTANCE ARQ" for every ARQ still in '
-                           'BindStarted after --older-than seconds.')
-    stuck.add_argument('--older-than', type=int, default=300,
+                           'BindStarted after --older-than seconds '
+                           '(default [conductor] bind_stale_after).')
+    stuck.add_argument('--older-than', type=float, default=None,
                        metavar='SECONDS')
     stuck.set_defaults(func=_run_arq_list_stuck)
 

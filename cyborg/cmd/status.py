@@ -16,8 +16,6 @@ from oslo_upgradecheck import upgradecheck
 from cyborg.common import config  # noqa: F401 - quiets eventlet
 from cyborg.conf import CONF
 
-STUCK_AFTER = 300  # seconds: Nova's default arq_binding_timeout
-
 
 class Checks(upgradecheck.UpgradeCommands):
 
@@ -48,14 +46,16 @@ class Checks(upgradecheck.UpgradeCommands):
             return upgradecheck.Result(
                 upgradecheck.Code.SUCCESS,
                 'Not checked: the schema is not synced yet (see above).')
-        stuck = sum(len(a) for a in
-                    bindings.bind_started(STUCK_AFTER).values())
+        # The age at which the conductors' sweep re-drives a bind.
+        after = CONF.conductor.bind_stale_after
+        stuck = sum(len(a) for a in bindings.bind_started(after).values())
         if stuck:
             return upgradecheck.Result(
                 upgradecheck.Code.WARNING,
                 '%d accelerator request(s) in BindStarted for more than '
-                '%ds; see "cyborg-manage arq list-stuck" and check that '
-                'conductors and agents are running.' % (stuck, STUCK_AFTER))
+                '%.0fs ([conductor] bind_stale_after); see "cyborg-manage '
+                'arq list-stuck" and check that conductors and agents are '
+                'running.' % (stuck, after))
         return upgradecheck.Result(upgradecheck.Code.SUCCESS)
 
     _upgrade_checks = (

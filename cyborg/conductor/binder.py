@@ -9,20 +9,35 @@ Binds that arrive together share their transactions and Nova POST
 (cyborg.common.combining): one claims all their handles, then each is
 prepared on its own, and the outcomes that end meanwhile are recorded and
 sent together.
+
+Failover: the conductor that claims an ARQ holds it (cyborg.db.conductors)
+and heartbeats in the database; when it dies, a live conductor takes its
+binds over within the heartbeat timeout and drives them again (the
+conditional updates keep one handle per ARQ). An agent that does not
+answer (a messaging timeout, a broker that cannot deliver) is asked again
+with a back-off until the bind's deadline, Nova's arq_binding_timeout
+([conductor] bind_timeout), and only then is the bind failed, with the
+reason.
 """
 
 import collections
 from concurrent import futures
+import os
 import threading
 import time
+import uuid as uuidlib
 
 from oslo_log import log
+import oslo_messaging as messaging
 
 from cyborg.common import combining
 from cyborg.common import loop
 from cyborg.common import nova
+from cyborg.conductor import outage
 from cyborg import context as cyborg_context
 from cyborg.db import bindings
+from cyborg.db import conductors
+from cyborg.db import models
 from cyborg import drivers
 
 LOG = log.getLogger(__name__)
@@ -39,6 +54,20 @@ def _reason(exc):
     return str(exc)
 
 
+def unreachable(exc):
+    """The agent did not answer, as opposed to answering with an error:
+    worth asking again (it may be restarting, or the broker recovering).
+    """
+    return isinstance(exc, (messaging.MessagingTimeout,
+                            messaging.MessageDeliveryFailure,
+                            messaging.MessageUndeliverable, OSError))
+
+
+def conductor_name(host):
+    """This process's name in the conductors table: unique per run."""
+    return '%s:%d:%s' % (host, os.getpid(), uuidlib.uuid4().hex[:6])
+
+
 # One ARQ's bind, ended: reason None (Bound) or why it failed; info is
 # what the driver's prepare() learnt.
 _Outcome = collections.namedtuple('_Outcome',
@@ -48,14 +77,24 @@ _Outcome = collections.namedtuple('_Outcome',
 
 class Binder:
 
-    def __init__(self, agent_api, notifier=None, sweep_interval=30.0,
-                 stale_after=180.0):
+    def __init__(self, agent_api, notifier=None, sweep_interval=10.0,
+                 stale_after=30.0, name=None, heartbeat_interval=2.0,
+                 heartbeat_timeout=6.0, bind_timeout=300.0,
+                 retry_max_delay=10.0):
         self.agent_api = agent_api
         self.notifier = notifier or nova.NovaNotifier()
         self.stale_after = stale_after
         self.sweep_interval = sweep_interval
+        self.name = name or conductor_name('conductor')
+        self.heartbeat_timeout = heartbeat_timeout
+        self.bind_timeout = bind_timeout
+        self.retry_max_delay = retry_max_delay
+        self.db = outage.DATABASE
         self._next_recover = 0.0
+        self._stopping = threading.Event()
         self._loop = loop.Loop('nova-notifier', self._sweep, sweep_interval)
+        self._heartbeat_loop = loop.Loop('conductor-heartbeat',
+                                         self.heartbeat, heartbeat_interval)
         self._claims = combining.Combiner(self._claim_batch)
         self._outcomes = combining.Combiner(self._record_batch,
                                             after=self._loop.wake)
@@ -64,7 +103,11 @@ class Binder:
         self._preparers = futures.ThreadPoolExecutor(
             max_workers=64, thread_name_prefix='bind-prepare')
         self._lock = threading.Lock()
-        self._preparing = {}      # ARQ uuid: future of its prepare
+        # ARQ uuid: future of its prepare (None while it is being claimed)
+        self._preparing = {}
+        # ARQ uuid: context, of binds the database was down for; the next
+        # heartbeat tries again.
+        self._deferred = {}
 
     # Binding ---------------------------------------------------------------
 
@@ -81,37 +124,52 @@ class Binder:
         if wait:
             with self._lock:
                 preparing = [self._preparing[u] for u in arq_uuids
-                             if u in self._preparing]
+                             if self._preparing.get(u) is not None]
             futures.wait(preparing)
 
     def _claim_batch(self, items):
         with self._lock:
-            # One this conductor is preparing already (the sweep found it
-            # slow) is left to that prepare.
+            # One this conductor is claiming or preparing already (the
+            # sweep found it slow) is left to that.
             contexts = {uuid: context for context, uuid in items
                         if uuid not in self._preparing}
+            for uuid in contexts:
+                self._preparing[uuid] = None
         if not contexts:
             return
         try:
+            self._claim(contexts)
+        finally:
+            with self._lock:
+                for uuid in contexts:
+                    if self._preparing.get(uuid, 0) is None:
+                        del self._preparing[uuid]
+
+    def _claim(self, contexts):
+        try:
             claims = bindings.claim_handles(list(contexts),
-                                            drivers.handle_picker)
+                                            drivers.handle_picker,
+                                            owner=self.name)
         except Exception as e:
             if len(contexts) > 1 and not bindings.transient(e):
                 # Something about one ARQ breaks the batch's transaction:
                 # claim each alone, so only that one is left behind.
                 for uuid, context in contexts.items():
-                    self._claim_batch([(context, uuid)])
+                    self._claim({uuid: context})
                 return
             # The DB stayed unusable through the retries: the ARQs are
-            # still BindStarted, and the sweep re-drives them later.
-            LOG.exception('Binding %d ARQ(s) failed; will retry',
-                          len(contexts))
+            # still BindStarted, and the next heartbeat tries again.
+            if not self.db.failed(e, 'claiming handles'):
+                LOG.exception('Binding %d ARQ(s) failed; will retry',
+                              len(contexts))
+            with self._lock:
+                self._deferred.update(contexts)
             return
         refused = []
         for uuid, claim in claims.items():
             if isinstance(claim, bindings.Gone):
                 LOG.info('ARQ %s is no longer being bound, or another '
-                         'binder claimed it first; skipping', uuid)
+                         'conductor holds it; skipping', uuid)
             elif isinstance(claim, bindings.BindError):
                 refused.append(_Outcome(uuid, contexts[uuid], None,
                                         str(claim)))
@@ -125,22 +183,61 @@ class Binder:
         if refused:
             self._outcomes.run(refused)
 
-    def _prepare(self, context, uuid, claim):
-        """The driver's prepare() on the device's agent, then the outcome
-        recorded (in a batch with others that ended meanwhile).
+    def _seconds_left(self, claim):
+        """Until the bind's deadline: Nova stops waiting for its event
+        bind_timeout seconds after it asked.
         """
-        try:
-            info = self.agent_api.prepare(
-                context, claim['device']['hostname'],
-                claim['deployable']['name'],
-                claim['deployable']['driver_name'], claim['handle'])
-            outcome = _Outcome(uuid, context, claim, None, info)
-        except Exception as e:
-            reason = _reason(e)
-            LOG.warning('Preparing device for ARQ %s failed: %s', uuid,
-                        reason)
-            outcome = _Outcome(uuid, context, claim,
-                               'Preparing the device failed: %s' % reason)
+        started = claim['arq'].get('bind_started_at') or models.utcnow()
+        return self.bind_timeout - (models.utcnow()
+                                    - started).total_seconds()
+
+    def _prepare(self, context, uuid, claim):
+        """The driver's prepare() on the device's agent, asked again while
+        the agent does not answer (until the bind's deadline), then the
+        outcome recorded (in a batch with others that ended meanwhile).
+        """
+        host = claim['device']['hostname']
+        delay = 1.0
+        while True:
+            try:
+                info = self.agent_api.prepare(
+                    context, host, claim['deployable']['name'],
+                    claim['deployable']['driver_name'], claim['handle'])
+                outcome = _Outcome(uuid, context, claim, None, info)
+                break
+            except Exception as e:
+                reason = _reason(e)
+                left = self._seconds_left(claim)
+                if not unreachable(e):
+                    LOG.warning('Preparing device for ARQ %s failed: %s',
+                                uuid, reason)
+                    outcome = _Outcome(uuid, context, claim,
+                                       'Preparing the device failed: %s'
+                                       % reason)
+                    break
+                if left <= 0:
+                    LOG.warning('Preparing device for ARQ %s: the agent on '
+                                '%s did not answer before the bind\'s '
+                                'deadline (%s); failing it', uuid, host,
+                                reason)
+                    outcome = _Outcome(
+                        uuid, context, claim,
+                        'Preparing the device failed: the agent on %s did '
+                        'not answer within %.0f s (%s: %s)'
+                        % (host, self.bind_timeout, type(e).__name__,
+                           reason))
+                    break
+                delay = min(delay, left)
+                LOG.warning('Preparing device for ARQ %s: the agent on %s '
+                            'did not answer (%s: %s); asking again in '
+                            '%.0f s (%.0f s left before the bind fails)',
+                            uuid, host, type(e).__name__, reason, delay,
+                            left)
+                if self._stopping.wait(delay):
+                    # Stopping: the ARQ stays BindStarted, and a peer (or
+                    # this conductor's next run) takes it over.
+                    return
+                delay = min(delay * 2, self.retry_max_delay)
         self._outcomes.run([outcome])
 
     def _prepared(self, uuid, future):
@@ -154,9 +251,12 @@ class Binder:
                  for o in outcomes if o.reason is None and o.info}
         try:
             released, gone = bindings.finish_many(reasons, infos)
-        except Exception:
-            LOG.exception('Recording the outcome of %d ARQ(s) failed; will '
-                          'retry', len(reasons))
+        except Exception as e:
+            # The ARQs stay BindStarted and held by this conductor: its
+            # next heartbeat drives them again.
+            if not self.db.failed(e, 'recording bind outcomes'):
+                LOG.exception('Recording the outcome of %d ARQ(s) failed; '
+                              'will retry', len(reasons))
             return
         for o in outcomes:
             if o.uuid in gone:
@@ -202,12 +302,14 @@ class Binder:
                         '%s', len(handles), e)
 
     def recover(self, older_than=None, wait=True):
-        """Re-drive ARQs left in BindStarted: all of them at start (a
-        previous conductor died), then periodically those stuck longer than
-        any bind takes (a lost message, a DB outage).
+        """Drive ARQs left in BindStarted that no conductor holds: all of
+        them at start, then periodically those no conductor picked up for
+        stale_after seconds (their bind message was lost: the broker or
+        the database was down). Binds held by a conductor that died are
+        taken over by the heartbeat.
         """
         context = cyborg_context.get_admin_context()
-        stuck = bindings.bind_started(older_than)
+        stuck = bindings.bind_started(older_than, unowned=True)
         for instance, uuids in stuck.items():
             LOG.info('Re-driving %d ARQ(s) of instance %s left in '
                      'BindStarted', len(uuids), instance)
@@ -215,27 +317,79 @@ class Binder:
                   wait=wait)
         return sum(len(u) for u in stuck.values())
 
+    # Heartbeat and failover -------------------------------------------------
+
+    def heartbeat(self):
+        """Tell the peers this conductor is alive, take over the binds of
+        conductors that are not, and drive again those this one holds but
+        has nothing running for (taken over, or their outcome could not
+        be recorded). Returns how many it (re-)drove.
+        """
+        try:
+            conductors.heartbeat(self.name)
+            taken = conductors.take_over(self.name, self.heartbeat_timeout)
+            held = conductors.held_by(self.name)
+        except Exception as e:
+            if not self.db.failed(e, 'heartbeating'):
+                LOG.exception('Conductor heartbeat failed; will retry')
+            return 0
+        self.db.ok()
+        for holder, uuids in taken.items():
+            LOG.warning('Taking over %d bind(s) from conductor %s, which '
+                        'has not heartbeat for %.0f s: %s', len(uuids),
+                        holder, self.heartbeat_timeout, ' '.join(uuids))
+        with self._lock:
+            deferred, self._deferred = self._deferred, {}
+            idle = [u for u in held if u not in self._preparing
+                    and u not in deferred]
+        context = cyborg_context.get_admin_context()
+        for uuid in idle:
+            deferred[uuid] = context
+        self._claims.run([(ctx, uuid) for uuid, ctx in deferred.items()],
+                         wait=False)
+        return len(deferred)
+
     # Notifying Nova --------------------------------------------------------
 
     def notify_soon(self):
         self._loop.wake()
 
     def start(self):
+        self._heartbeat_loop.start()
         self._loop.start()
 
     def stop(self, timeout=10):
+        """Stop the loops and any prepare waiting to ask again; a bind
+        still in an agent's hands finishes in the background, or is taken
+        over by a peer right away: this conductor's heartbeat row goes.
+        """
+        self._stopping.set()
+        self._heartbeat_loop.stop(timeout)
         self._loop.stop(timeout)
-        self._preparers.shutdown(wait=False)
+        self._preparers.shutdown(wait=False, cancel_futures=True)
+        try:
+            conductors.forget(self.name)
+        except Exception as e:
+            LOG.warning('Could not remove conductor %s from the database '
+                        '(%s); peers take its binds over after %.0f s',
+                        self.name, e, self.heartbeat_timeout)
 
     def _sweep(self):
         # Woken after each bind, the pass only has events to send; the
         # search for stuck ARQs is periodic work and keeps to its interval.
         now = time.monotonic()
-        if now >= self._next_recover:
-            self._next_recover = now + self.sweep_interval
-            # Not waiting for the prepares: events keep flowing meanwhile.
-            self.recover(older_than=self.stale_after, wait=False)
-        self.notify_pending()
+        try:
+            if now >= self._next_recover:
+                self._next_recover = now + self.sweep_interval
+                # Not waiting for the prepares: events keep flowing
+                # meanwhile.
+                self.recover(older_than=self.stale_after, wait=False)
+            self.notify_pending()
+        except Exception as e:
+            if not self.db.failed(e, 'sending Nova events'):
+                raise
+            return
+        self.db.ok()
 
     def notify_pending(self):
         """Send every undelivered event; returns how many were delivered."""

@@ -6,6 +6,7 @@ from oslo_db import exception as db_exc
 from oslo_log import log
 import oslo_messaging as messaging
 
+from cyborg.conductor import outage
 from cyborg.db import bindings
 from cyborg.db import host_inventory
 from cyborg.objects import device as records
@@ -17,6 +18,29 @@ def _raced(exc):
     # Two conductors diffing one host at once: the loser re-reads and
     # finds the rows the winner wrote.
     return isinstance(exc, db_exc.DBDuplicateEntry)
+
+
+class DatabaseUnavailable(Exception):
+    """Answered to an agent whose report came during a database outage
+    (it retries on its next pass); logged once by the conductor, not as a
+    traceback per message.
+    """
+
+
+def _db_outage_answered(fn):
+    def wrapper(self, context, *args, **kwargs):
+        try:
+            result = fn(self, context, *args, **kwargs)
+        except Exception as e:
+            if outage.DATABASE.failed(e, 'handling %s' % fn.__name__):
+                raise DatabaseUnavailable(
+                    'The database is unreachable; retry later')
+            raise
+        outage.DATABASE.ok()
+        return result
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
 
 
 class ConductorManager:
@@ -34,6 +58,8 @@ class ConductorManager:
         """
         self.binder.release(context, handles)
 
+    @messaging.expected_exceptions(DatabaseUnavailable)
+    @_db_outage_answered
     @oslo_db_api.wrap_db_retry(max_retries=5, retry_on_deadlock=True,
                                exception_checker=_raced)
     def report_data(self, context, hostname, devices):
@@ -57,6 +83,8 @@ class ConductorManager:
                           if s['share']},
                 'in_use': host_inventory.in_use_handles(hostname)}
 
+    @messaging.expected_exceptions(DatabaseUnavailable)
+    @_db_outage_answered
     def update_handles(self, context, updates):
         """An agent re-made what a binding holds (e.g. a MIG instance
         after a reboot): record its new attach info.

@@ -18,7 +18,11 @@ class ConductorService:
         self.binder = conductor_binder.Binder(
             agent_rpcapi.AgentAPI(), notifier,
             sweep_interval=CONF.conductor.bind_sweep_interval,
-            stale_after=CONF.conductor.bind_stale_after)
+            stale_after=CONF.conductor.bind_stale_after,
+            name=conductor_binder.conductor_name(CONF.host),
+            heartbeat_interval=CONF.conductor.heartbeat_interval,
+            heartbeat_timeout=CONF.conductor.heartbeat_timeout,
+            bind_timeout=CONF.conductor.bind_timeout)
         self.server = rpc.get_server(rpc.CONDUCTOR_TOPIC,
                                      [manager.ConductorManager(self.binder)])
 

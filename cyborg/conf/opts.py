@@ -82,15 +82,32 @@ api_opts = [
 ]
 
 conductor_opts = [
-    cfg.FloatOpt('bind_sweep_interval', default=30.0, min=0.1,
+    cfg.FloatOpt('bind_sweep_interval', default=10.0, min=0.1,
                  help='Seconds between two passes of the conductor\'s '
                       'sweep, which delivers pending Nova events and '
-                      're-drives ARQs stuck in BindStarted.'),
-    cfg.FloatOpt('bind_stale_after', default=180.0, min=0.1,
-                 help='Seconds an ARQ stays in BindStarted before the '
-                      'sweep re-drives it (its bind message was lost: the '
-                      'broker or the database was down). Longer than any '
-                      'bind takes.'),
+                      're-drives ARQs no conductor picked up.'),
+    cfg.FloatOpt('bind_stale_after', default=30.0, min=0.1,
+                 help='Seconds an ARQ may stay in BindStarted: the sweep '
+                      're-drives one no conductor holds after this long '
+                      '(its bind message was lost: the broker or the '
+                      'database was down), and `cyborg-manage arq '
+                      'list-stuck` and cyborg-status report every ARQ '
+                      'still binding after it.'),
+    cfg.FloatOpt('heartbeat_interval', default=2.0, min=0.1,
+                 help='Seconds between two heartbeats of a conductor in '
+                      'the database; each also takes over the binds of '
+                      'conductors that stopped heartbeating.'),
+    cfg.FloatOpt('heartbeat_timeout', default=6.0, min=0.2,
+                 help='Seconds without a heartbeat after which a '
+                      'conductor counts as dead and a live one takes over '
+                      'the binds it held. Longer than heartbeat_interval '
+                      'plus the clock difference between conductor hosts.'),
+    cfg.FloatOpt('bind_timeout', default=300.0, min=1,
+                 help='Seconds from Nova\'s bind request after which a '
+                      'bind whose agent does not answer fails (with the '
+                      'reason in the ARQ\'s state_reason); until then the '
+                      'conductor asks the agent again with a back-off. '
+                      'Set it to Nova\'s [DEFAULT] arq_binding_timeout.'),
 ]
 
 upgrade_levels_opts = [

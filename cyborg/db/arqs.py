@@ -281,9 +281,13 @@ def start_bind(bindings, project_id=None):
                 reason='Instance %s already has accelerator requests. Cannot '
                        'bind additional ARQs.' % already)
         _require_hosts_own_providers(session, bindings)
+        # The bind's deadline (Nova's arq_binding_timeout) counts from now;
+        # no conductor holds it until one claims it.
+        started = models.utcnow()
         for uuid, values in bindings.items():
             _transition(session, uuid, 'BindStarted', BINDABLE_STATES,
-                        dict(values, bind_failure=None),
+                        dict(values, bind_failure=None, bind_owner=None,
+                             bind_started_at=started),
                         found[uuid]['state'])
 
 

@@ -11,9 +11,10 @@ outcome in a batch is its own.
 """
 
 import datetime
+import functools
 import json
+import time
 
-from oslo_db import api as oslo_db_api
 from oslo_db import exception as db_exc
 import sqlalchemy as sa
 
@@ -41,10 +42,25 @@ def transient(exc):
                                      db_exc.DBConstraintError)))
 
 
-_retry = oslo_db_api.wrap_db_retry(max_retries=5, retry_interval=0.2,
-                                   inc_retry_interval=True,
-                                   retry_on_deadlock=True,
-                                   exception_checker=transient)
+def retry(fn, attempts=6, interval=0.2):
+    """Run fn again on a transient DB error (a deadlock, a busy SQLite, a
+    lost connection), waiting 0.2, 0.4, ... 3.2 s between tries, then
+    raise the error. Unlike oslo.db's wrap_db_retry it logs nothing: the
+    caller says once that the database is unreachable (an outage would
+    otherwise print a traceback per call).
+    """
+    @functools.wraps(fn)
+    def retried(*args, **kwargs):
+        wait = interval
+        for attempt in range(attempts):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                if attempt == attempts - 1 or not transient(e):
+                    raise
+            time.sleep(wait)
+            wait *= 2
+    return retried
 
 
 class BindError(Exception):
@@ -66,11 +82,14 @@ _CLAIM_ROWS = (
     .where(ARQ.c.uuid.in_(sa.bindparam('uuids', expanding=True))))
 
 
-@_retry
-def claim_handles(arq_uuids, picker):
+@retry
+def claim_handles(arq_uuids, picker, owner=None):
     """Give each BindStarted ARQ a free attach handle of the deployable
     behind its device_rp_uuid (or the one it already holds, when
-    re-driven), all in one transaction.
+    re-driven), all in one transaction, and make `owner` (the claiming
+    conductor, cyborg.db.conductors) its holder. An ARQ another conductor
+    holds is Gone to this one: its holder finishes it, or a peer takes it
+    over once the holder stops heartbeating.
 
     picker(driver_name) gives the driver's choice among free handles,
     pick(deployable, request_group, handles) → the suitable handles in
@@ -90,23 +109,24 @@ def claim_handles(arq_uuids, picker):
         for row in rows:
             uuid = row._mapping[ARQ.c.uuid]
             try:
-                outcomes[uuid] = _claim(session, row, picker)
+                outcomes[uuid] = _claim(session, row, picker, owner)
             except (BindError, Gone) as e:
                 outcomes[uuid] = e
     return outcomes
 
 
-def claim_handle(arq_uuid, picker):
+def claim_handle(arq_uuid, picker, owner=None):
     """claim_handles() of one ARQ: its claim, or raises BindError/Gone."""
-    outcome = claim_handles([arq_uuid], picker)[arq_uuid]
+    outcome = claim_handles([arq_uuid], picker, owner)[arq_uuid]
     if isinstance(outcome, Exception):
         raise outcome
     return outcome
 
 
-def _claim(session, row, picker):
+def _claim(session, row, picker, owner):
     arq_uuid = row._mapping[ARQ.c.uuid]
-    if row._mapping[ARQ.c.state] != 'BindStarted':
+    if row._mapping[ARQ.c.state] != 'BindStarted' or \
+            row._mapping[ARQ.c.bind_owner] not in (None, owner):
         raise Gone(arq_uuid)
     arq, dep, device = (_columns(row, table)
                         for table in (ARQ, DEPLOYABLE, DEVICE))
@@ -125,7 +145,7 @@ def _claim(session, row, picker):
     # message) claimed a handle since we read it: else we give back the
     # handle we took and leave the ARQ to it.
     params = {'arq_uuid': arq_uuid, 'handle_id': handle_id,
-              'deployable_id': dep['id']}
+              'deployable_id': dep['id'], 'owner': owner}
     if held is not None:
         params['held'] = held
     updated = session.execute(_RECLAIM if held is not None else _CLAIM,
@@ -141,11 +161,17 @@ def _claim(session, row, picker):
             'handle': dict(handle, request_group=group)}
 
 
+# Conditional on the handle read and on no other conductor holding the
+# ARQ (a peer that took it over from us while we were slow keeps it).
 _CLAIM, _RECLAIM = (
     ARQ.update().where(ARQ.c.uuid == sa.bindparam('arq_uuid'),
-                       ARQ.c.state == 'BindStarted', held).values(
+                       ARQ.c.state == 'BindStarted', held,
+                       sa.or_(ARQ.c.bind_owner.is_(None),
+                              ARQ.c.bind_owner == sa.bindparam('owner'))
+                       ).values(
         attach_handle_id=sa.bindparam('handle_id'),
-        deployable_id=sa.bindparam('deployable_id'))
+        deployable_id=sa.bindparam('deployable_id'),
+        bind_owner=sa.bindparam('owner'))
     for held in (ARQ.c.attach_handle_id.is_(None),
                  ARQ.c.attach_handle_id == sa.bindparam('held')))
 _HANDLE = sa.select(AH).where(AH.c.id == sa.bindparam('handle_id'))
@@ -200,7 +226,7 @@ _HANDLE_COUNT = sa.select(sa.func.count()).where(
     AH.c.deployable_id == sa.bindparam('deployable_id'))
 
 
-@_retry
+@retry
 def update_handle_info(handle_uuid, info):
     """Record attach info an agent re-made (e.g. a MIG UUID)."""
     with api.writer() as session:
@@ -216,7 +242,7 @@ def _merge_info(session, handle_uuid, info):
                                separators=(', ', ': '))))
 
 
-@_retry
+@retry
 def finish_many(reasons, infos=None):
     """Record many binds' outcomes in one transaction: BindStarted → Bound
     (reason None) or BindFailed (with the reason), each with its event to
@@ -276,9 +302,11 @@ def _finish(session, arq_uuid, reason):
     return []
 
 
-def bind_started(older_than=None):
-    """ARQs a conductor must (re-)drive, grouped by instance; with
-    older_than (seconds), only those stuck in BindStarted that long.
+def bind_started(older_than=None, unowned=False):
+    """ARQs in BindStarted, grouped by instance; with older_than
+    (seconds), only those Nova asked to bind that long ago (what `arq
+    list-stuck` and cyborg-status report); with unowned, only those no
+    conductor holds (their bind message is still queued, or was lost).
     """
     query = sa.select(ARQ.c.uuid, ARQ.c.instance_uuid).where(
         ARQ.c.state == 'BindStarted')
@@ -286,13 +314,22 @@ def bind_started(older_than=None):
         cutoff = (datetime.datetime.now(datetime.timezone.utc)
                   .replace(tzinfo=None)
                   - datetime.timedelta(seconds=older_than))
-        query = query.where(sa.func.coalesce(ARQ.c.updated_at,
-                                             ARQ.c.created_at) < cutoff)
+        query = query.where(started_at() < cutoff)
+    if unowned:
+        query = query.where(ARQ.c.bind_owner.is_(None))
     with api.reader() as session:
         by_instance = {}
         for uuid, instance in session.execute(query.order_by(ARQ.c.id)):
             by_instance.setdefault(instance, []).append(uuid)
         return by_instance
+
+
+def started_at():
+    """When the bind started: rows from before revision 0004 have no
+    bind_started_at, and their last update stands in for it.
+    """
+    return sa.func.coalesce(ARQ.c.bind_started_at, ARQ.c.updated_at,
+                            ARQ.c.created_at)
 
 
 def pending_events(uuids=None):
@@ -308,7 +345,7 @@ def pending_events(uuids=None):
                 for r in session.execute(query.order_by(ARQ.c.id)).mappings()]
 
 
-@_retry
+@retry
 def events_delivered(uuids):
     with api.writer() as session:
         session.execute(ARQ.update().where(ARQ.c.uuid.in_(uuids)).values(

@@ -172,6 +172,7 @@ class ExtendedAcceleratorRequest(_Common, Base):
         sa.Index('arqs_attach_handle_id_idx', 'attach_handle_id'),
         sa.Index('arqs_deployable_id_idx', 'deployable_id'),
         sa.Index('arqs_event_pending_idx', 'event_pending'),
+        sa.Index('arqs_bind_owner_idx', 'bind_owner'),
         # One attach handle serves at most one ARQ: a second binder cannot
         # take a handle that is already recorded against another request.
         sa.UniqueConstraint('attach_handle_id',
@@ -196,3 +197,16 @@ class ExtendedAcceleratorRequest(_Common, Base):
     bind_failure = sa.Column(sa.String(255))
     # The bind outcome still has to reach Nova (survives restarts).
     event_pending = sa.Column(sa.Boolean, nullable=False, default=False)
+    # The conductor driving the bind (cyborg.db.conductors names it; a
+    # peer takes the bind over when that conductor stops heartbeating),
+    # and when Nova asked for it (the bind's deadline counts from here).
+    bind_owner = sa.Column(sa.String(255))
+    bind_started_at = sa.Column(sa.DateTime)
+
+
+class Conductor(Base):
+    """A running conductor and its last heartbeat (cyborg.db.conductors)."""
+    __tablename__ = 'conductors'
+    name = sa.Column(sa.String(255), primary_key=True)
+    heartbeat_at = sa.Column(sa.DateTime, nullable=False)
+    created_at = sa.Column(sa.DateTime, nullable=False, default=utcnow)

@@ -390,8 +390,8 @@ def test_binds_arriving_together_are_one_batch(stack, monkeypatch):
     calls = []
     for fn in ('claim_handles', 'finish_many'):
         real = getattr(bindings, fn)
-        monkeypatch.setattr(bindings, fn, lambda *a, _real=real, _fn=fn: (
-            calls.append(_fn), _real(*a))[1])
+        monkeypatch.setattr(bindings, fn, lambda *a, _real=real, _fn=fn,
+                            **kw: (calls.append(_fn), _real(*a, **kw))[1])
     binder = conductor_binder.Binder(
         agent_rpcapi.AgentAPI(), nova.NovaNotifier(give_up_after=30))
     try:
@@ -440,7 +440,7 @@ def test_a_claim_that_lost_its_arq_gives_the_handle_back(stack):
     handles = models.AttachHandle.__table__
     with db_api.writer() as session:
         with pytest.raises(bindings.Gone):
-            bindings._claim(session, stale, drivers.handle_picker)
+            bindings._claim(session, stale, drivers.handle_picker, None)
         in_use = session.execute(sa.select(handles.c.id).where(
             handles.c.in_use == sa.true())).scalars().all()
     assert in_use == [other['id']]
@@ -465,10 +465,10 @@ def test_an_arq_that_breaks_its_batch_does_not_hold_back_the_others(
     broken = arqs[1]['uuid']
     real = bindings.claim_handles
 
-    def claim_handles(uuids, picker):
+    def claim_handles(uuids, picker, owner=None):
         if broken in uuids:
             raise ValueError('unexpected data in ARQ %s' % broken)
-        return real(uuids, picker)
+        return real(uuids, picker, owner)
 
     monkeypatch.setattr(bindings, 'claim_handles', claim_handles)
     binder = conductor_binder.Binder(
