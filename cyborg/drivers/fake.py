@@ -5,6 +5,9 @@ It lets every flow run without hardware: `cyborg-aio` uses the shipped
 gpu-host spec (cyborg/data/fake-hosts) unless `--host-spec` names another.
 """
 
+import os
+import time
+
 import yaml
 
 from cyborg.common import pci
@@ -75,3 +78,25 @@ class FakeDriver(base.Driver):
 
     def discover(self):
         return [device_from_spec(e) for e in load_spec(self.path)]
+
+    def prepare(self, deployable_name, handle):
+        """Takes the spec entry's `prepare_seconds` (default 0): preparing
+        a real device can take seconds, e.g. creating a MIG instance
+        (NVIDIA's MIG user guide, "nvidia-smi mig -cgi ... -C"), and a
+        conductor may die meanwhile.
+        """
+        delay = self._prepare_delays().get(deployable_name)
+        if delay:
+            time.sleep(delay)
+        return None
+
+    def _prepare_delays(self):
+        # Read again only when the spec file changed: a bind should not
+        # parse YAML.
+        mtime = os.stat(self.path).st_mtime_ns
+        if getattr(self, '_delays', (None,))[0] != mtime:
+            self._delays = (mtime, {
+                pci.normalize_address(e['pci_address']):
+                    float(e['prepare_seconds'])
+                for e in load_spec(self.path) if e.get('prepare_seconds')})
+        return self._delays[1]

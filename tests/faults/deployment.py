@@ -39,12 +39,8 @@ class Deployment(distributed.Distributed):
             'mysql', server_url=mariadb.server_url,
             prefix='cyborg_fault').migrate()
         self.events = harness_nova.NovaEvents()
-        spec = os.path.join(str(tmp_path), 'host.yaml')
-        with open(spec, 'w') as f:
-            yaml.safe_dump({'devices': [{
-                'type': 'FPGA', 'vendor_id': 'abcd', 'product_id': 'abcd',
-                'model': 'fault FPGA', 'pci_address': '0000:0c:00.0',
-                'functions': HANDLES}]}, f)
+        spec = self.spec = os.path.join(str(tmp_path), 'host.yaml')
+        self.slow_prepare(0)
         super().__init__(
             tmp_path, database=database, broker=rabbitmq,
             host='fault-%s' % uuid.uuid4().hex[:8], host_spec=spec,
@@ -59,6 +55,35 @@ class Deployment(distributed.Distributed):
         super().start()
         self.wait_devices()
         return self
+
+    def slow_prepare(self, seconds):
+        """Give the FPGA a prepare() that takes `seconds` (the fake driver
+        reads it from the host spec when the file changes).
+        """
+        device = {'type': 'FPGA', 'vendor_id': 'abcd', 'product_id': 'abcd',
+                  'model': 'fault FPGA', 'pci_address': '0000:0c:00.0',
+                  'functions': HANDLES}
+        if seconds:
+            device['prepare_seconds'] = seconds
+        with open(self.spec + '.new', 'w') as f:
+            yaml.safe_dump({'devices': [device]}, f)
+        os.replace(self.spec + '.new', self.spec)
+
+    def conductor_holding(self, arq_uuid):
+        """The key of the conductor process that holds the ARQ's bind
+        (its bind_owner names host:pid:suffix), or None.
+        """
+        with self.engine.connect() as conn:
+            owner = conn.execute(sa.text(
+                'SELECT bind_owner FROM extended_accelerator_requests '
+                'WHERE uuid = :u'), {'u': arq_uuid}).scalar()
+        if owner is None:
+            return None
+        pid = int(owner.split(':')[1])
+        for key, proc in self.procs.items():
+            if key.startswith('cyborg-conductor') and proc.proc.pid == pid:
+                return key
+        return None
 
     def re_driven(self):
         """How many ARQs conductors re-drove (start-up recovery, sweep)."""
