@@ -197,7 +197,7 @@ class Binder:
         outcome recorded (in a batch with others that ended meanwhile).
         """
         host = claim['device']['hostname']
-        delay = 1.0
+        delay = min(1.0, self.retry_max_delay)
         while True:
             try:
                 info = self.agent_api.prepare(
@@ -223,14 +223,14 @@ class Binder:
                     outcome = _Outcome(
                         uuid, context, claim,
                         'Preparing the device failed: the agent on %s did '
-                        'not answer within %.0f s (%s: %s)'
+                        'not answer within %g s (%s: %s)'
                         % (host, self.bind_timeout, type(e).__name__,
                            reason))
                     break
                 delay = min(delay, left)
                 LOG.warning('Preparing device for ARQ %s: the agent on %s '
                             'did not answer (%s: %s); asking again in '
-                            '%.0f s (%.0f s left before the bind fails)',
+                            '%.1f s (%.0f s left before the bind fails)',
                             uuid, host, type(e).__name__, reason, delay,
                             left)
                 if self._stopping.wait(delay):

@@ -92,6 +92,14 @@ def test_arq_list_stuck(sqlite_database):
     assert manage.stuck_arqs(older_than=600) == {'i-1': [stuck['uuid']]}
     assert manage.stuck_arqs(older_than=0) == {'i-1': [stuck['uuid']],
                                                'i-2': [fresh['uuid']]}
+    # By default, at the age the conductors' sweep re-drives a bind.
+    from cyborg.conf import CONF
+    CONF.set_override('bind_stale_after', 600, group='conductor')
+    try:
+        assert manage.stuck_arqs() == {'i-1': [stuck['uuid']]}
+    finally:
+        CONF.clear_override('bind_stale_after', group='conductor')
+    assert manage.stuck_arqs() == {'i-1': [stuck['uuid']]}
 
 
 def _manage_in(cwd, *args):
