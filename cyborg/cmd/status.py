@@ -13,7 +13,6 @@ import sys
 from oslo_upgradecheck import common_checks
 from oslo_upgradecheck import upgradecheck
 
-from cyborg.common import config  # noqa: F401 - quiets eventlet
 from cyborg.conf import CONF
 
 

@@ -4,21 +4,73 @@
 import logging
 import os
 import sys
-import warnings
 
-# oslo.messaging imports oslo.service, whose default backend module imports
-# (never monkey-patches) eventlet, which warns on import. We use threads only.
-warnings.filterwarnings('ignore', message='(?s).*Eventlet is deprecated')
+from oslo_log import log
 
-from oslo_log import log  # noqa: E402
-
-from cyborg.conf import CONF  # noqa: E402
+from cyborg.conf import CONF
 
 # Chatty libraries, quieter by default ([DEFAULT] default_log_levels).
 _QUIET = ['alembic.runtime.plugins=WARN', 'routes=INFO', 'cheroot=WARN',
           'placement.requestlog=WARN']
 
 _LOGGING_SET_UP = False
+
+
+class ResetOfLostConnection(logging.Filter):
+    """Drops SQLAlchemy's traceback for a pooled connection it could not
+    roll back because the database server went away.
+
+    During a database outage every connection handed back to the pool
+    fails its reset; the pool discards it, the next checkout reconnects
+    (pre-ping), and the conductor has already said once that the
+    database is unreachable (cyborg.conductor.outage). Other reset
+    failures are still logged.
+    """
+
+    def filter(self, record):
+        if not record.getMessage().startswith(
+                'Exception during reset or similar'):
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        return not _lost_connection(exc)
+
+
+def _lost_connection(exc):
+    # The driver's own error (pymysql/psycopg2 OperationalError or
+    # InterfaceError, a socket error), raised as the server is gone;
+    # SQLAlchemy has not wrapped it yet at this point.
+    return isinstance(exc, OSError) or type(exc).__name__ in (
+        'OperationalError', 'InterfaceError')
+
+
+# A filter applies to the records of the logger it is added to, not to
+# those its children pass up: SQLAlchemy's pools log under their class.
+_POOL_LOGGERS = ['sqlalchemy.pool.impl.%s' % name for name in (
+    'QueuePool', 'AsyncAdaptedQueuePool', 'NullPool', 'SingletonThreadPool',
+    'StaticPool', 'AssertionPool')]
+
+
+def quiet_library_logs():
+    """Add the filters above to the loggers that emit those records."""
+    logging.getLogger('amqp').addFilter(CancelWhileClosing())
+    for name in _POOL_LOGGERS:
+        logging.getLogger(name).addFilter(ResetOfLostConnection())
+
+
+class CancelWhileClosing(logging.Filter):
+    """Drops py-amqp's warning about the broker's Basic.Cancel (method
+    60, 30) arriving on a channel being closed.
+
+    Stopping an RPC server, oslo.messaging deletes the server's fanout
+    queue while its consumer is still registered; the broker then tells
+    the consumer it was cancelled, and that notice crosses the channel's
+    Close. AMQP 0.9.1 has the client discard it (py-amqp pull 280), so
+    the warning printed on every clean stop says nothing is wrong.
+    """
+
+    def filter(self, record):
+        return not record.getMessage().startswith(
+            'Received method (60, 30) during closing channel')
 
 
 def parse_args(argv=None, config_files=None, log_to_stderr=False,
@@ -46,6 +98,7 @@ def parse_args(argv=None, config_files=None, log_to_stderr=False,
          default_config_files=config_files)
     if not _LOGGING_SET_UP:
         log.setup(CONF, 'cyborg')
+        quiet_library_logs()
         _LOGGING_SET_UP = True
         if stderr_level is not None and not CONF.debug:
             _limit_terminal(stderr_level)

@@ -41,7 +41,9 @@ def run_until_signalled(name, start, stop):
             time.sleep(0.2)
         LOG.info('%s: signal %d received, stopping', name, stopping[0])
     finally:
+        began = time.monotonic()
         stop()
+        LOG.info('%s stopped in %.1f s', name, time.monotonic() - began)
         for s, handler in previous.items():
             signal.signal(s, handler)
     return 0

@@ -1,0 +1,49 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Our commands start without eventlet's deprecation banner, and a clean
+stop does not print py-amqp's warning about the broker's cancel notice
+(issue #19).
+"""
+
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from cyborg.common import config
+from cyborg.conf import CONF
+
+COMMANDS = ['cyborg.cmd.conductor', 'cyborg.cmd.agent', 'cyborg.cmd.api',
+            'cyborg.cmd.manage', 'cyborg.cmd.status', 'cyborg_aio.cli']
+
+
+@pytest.mark.parametrize('module', COMMANDS)
+def test_no_eventlet_banner(module):
+    # -W default: the warning is shown unless our filter comes first.
+    # Importing oslo.messaging's server module is what loads oslo.service's
+    # eventlet backend.
+    result = subprocess.run(
+        [sys.executable, '-W', 'default', '-c',
+         'import %s; import oslo_messaging.server' % module],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert 'Eventlet is deprecated' not in result.stderr
+
+
+def _record(method):
+    return logging.LogRecord(
+        'amqp', logging.WARNING, __file__, 1, 'Received method %s during '
+        'closing channel %s. This method will be ignored', (method, 1), None)
+
+
+def test_the_cancel_notice_while_closing_is_not_logged():
+    quiet = config.CancelWhileClosing()
+    assert not quiet.filter(_record((60, 30)))      # Basic.Cancel
+    assert quiet.filter(_record((60, 60)))          # Basic.Deliver: kept
+
+
+def test_rabbit_listeners_notice_a_stop_within_a_second():
+    # The driver's poll timeout: threshold / rate / 2.
+    rabbit = CONF.oslo_messaging_rabbit
+    assert rabbit.heartbeat_timeout_threshold / rabbit.heartbeat_rate / 2 \
+        <= 1.0
