@@ -134,10 +134,19 @@ def test_database_restarted_during_a_burst(deployment):
     api_log = deployment.logs('cyborg-api')
     assert 'Traceback' not in api_log
     assert '503, database unreachable' in api_log
+    conductor_log = deployment.logs('cyborg-conductor')
+    lost = conductor_log.count('The database is unreachable')
+    back = conductor_log.count('The database is reachable again')
     fault_burst.report('fault: database restarted', tally,
                        answered_503=len(burst.refused),
-                       re_driven=deployment.re_driven())
+                       re_driven=deployment.re_driven(),
+                       conductor_outage_lines=lost,
+                       conductor_recovery_lines=back)
     assert deployment.handles_in_use() == tally['bound']
+    # One line when the conductor lost the database, one when it had it
+    # back; no traceback.
+    assert 'Traceback' not in conductor_log, conductor_log[-3000:]
+    assert (lost, back) == (1, 1), conductor_log[-3000:]
 
 
 def _providers(deployment):

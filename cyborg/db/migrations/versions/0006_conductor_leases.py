@@ -2,16 +2,16 @@
 """Conductor failover: conductors heartbeat in the database, a bind
 records which conductor holds it and when it started.
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-12-02
 """
 
 from alembic import op
 import sqlalchemy as sa
 
-revision = '0004'
-down_revision = '0003'
+revision = '0006'
+down_revision = '0005'
 branch_labels = None
 depends_on = None
 
