@@ -27,6 +27,7 @@ import threading
 import time
 import uuid as uuidlib
 
+from kombu import exceptions as kombu_exc
 from oslo_log import log
 import oslo_messaging as messaging
 
@@ -57,10 +58,14 @@ def _reason(exc):
 def unreachable(exc):
     """The agent did not answer, as opposed to answering with an error:
     worth asking again (it may be restarting, or the broker recovering).
+    With the broker refusing connections the rabbit driver raises kombu's
+    OperationalError ("[Errno 111] Connection refused"), not a messaging
+    error.
     """
     return isinstance(exc, (messaging.MessagingTimeout,
                             messaging.MessageDeliveryFailure,
-                            messaging.MessageUndeliverable, OSError))
+                            messaging.MessageUndeliverable, OSError,
+                            kombu_exc.OperationalError))
 
 
 def conductor_name(host):

@@ -9,6 +9,7 @@ import datetime
 import logging
 import uuid
 
+from kombu import exceptions as kombu_exc
 from oslo_db import exception as db_exc
 import oslo_messaging as messaging
 import pytest
@@ -236,3 +237,17 @@ def test_a_report_during_an_outage_is_answered_without_a_traceback(
                     if r.getMessage().startswith('The database is')]
     assert len(outage_lines) == 1
     assert 'while handling report_data' in outage_lines[0].getMessage()
+
+
+@pytest.mark.parametrize('exc, again', [
+    (messaging.MessagingTimeout('no reply'), True),
+    (messaging.MessageDeliveryFailure('broker gone'), True),
+    # What the rabbit driver raises while the broker refuses connections
+    # (seen in the fault suite's RabbitMQ restart).
+    (kombu_exc.OperationalError('[Errno 111] Connection refused'), True),
+    (ConnectionRefusedError(111, 'Connection refused'), True),
+    (messaging.RemoteError('PrepareError', 'no such MIG profile'), False),
+    (RuntimeError('a bug'), False),
+])
+def test_which_failures_are_asked_again(exc, again):
+    assert conductor_binder.unreachable(exc) is again
