@@ -47,3 +47,23 @@ def test_rabbit_listeners_notice_a_stop_within_a_second():
     rabbit = CONF.oslo_messaging_rabbit
     assert rabbit.heartbeat_timeout_threshold / rabbit.heartbeat_rate / 2 \
         <= 1.0
+
+
+def _reset_failure(exc):
+    try:
+        raise exc
+    except Exception:
+        return logging.LogRecord(
+            'sqlalchemy.pool.impl.QueuePool', logging.ERROR, __file__, 1,
+            'Exception during reset or similar', (), sys.exc_info())
+
+
+class OperationalError(Exception):
+    """Stands in for pymysql.err.OperationalError (same name)."""
+
+
+def test_a_lost_connection_reset_is_not_a_traceback_per_connection():
+    quiet = config.ResetOfLostConnection()
+    assert not quiet.filter(_reset_failure(OperationalError(
+        2013, 'Lost connection to MySQL server during query')))
+    assert quiet.filter(_reset_failure(ValueError('something else')))
