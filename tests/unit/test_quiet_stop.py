@@ -67,3 +67,17 @@ def test_a_lost_connection_reset_is_not_a_traceback_per_connection():
     assert not quiet.filter(_reset_failure(OperationalError(
         2013, 'Lost connection to MySQL server during query')))
     assert quiet.filter(_reset_failure(ValueError('something else')))
+
+
+def test_the_filters_sit_on_the_loggers_that_emit(caplog):
+    config.quiet_library_logs()
+    pool = logging.getLogger('sqlalchemy.pool.impl.QueuePool')
+    with caplog.at_level(logging.ERROR):
+        for exc in (OperationalError(2013, 'Lost connection'),
+                    ValueError('something else')):
+            try:
+                raise exc
+            except Exception:
+                pool.error('Exception during reset or similar',
+                           exc_info=True)
+    assert [r.exc_info[0] for r in caplog.records] == [ValueError]
