@@ -15,6 +15,7 @@ from cyborg import rpc
 
 
 def main(argv=None):
+    rpc.quick_stop_defaults()
     config.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         db_api.configure()

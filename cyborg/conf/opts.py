@@ -141,13 +141,8 @@ def register_opts(conf):
             conf.register_opts(group_opts)
         elif group == 'oslo_messaging_rabbit':
             conf.register_opts(group_opts, group=group)
-    # The rabbit driver's listeners block in the socket for up to
-    # heartbeat_timeout_threshold / heartbeat_rate / 2 seconds (10 s with
-    # the library's 60 and 3) and notice a stop only then: a service took
-    # 5 s to stop its RPC server. At 30 checks per threshold they notice
-    # within 1 s; an idle connection then sends its 8-byte heartbeat frame
-    # every 2 s instead of every 20 s.
-    conf.set_default('heartbeat_rate', 30, group='oslo_messaging_rabbit')
+    # (The rabbit group too: cyborg.rpc.quick_stop_defaults sets one of
+    # its defaults for the conductor and the agent.)
     from oslo_db import options as db_options
     # No default [database] connection: a process started without a config
     # says so (cyborg.db.api.NotConfigured) instead of creating a database

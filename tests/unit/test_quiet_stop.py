@@ -11,7 +11,6 @@ import sys
 import pytest
 
 from cyborg.common import config
-from cyborg.conf import CONF
 
 COMMANDS = ['cyborg.cmd.conductor', 'cyborg.cmd.agent', 'cyborg.cmd.api',
             'cyborg.cmd.manage', 'cyborg.cmd.status', 'cyborg_aio.cli']
@@ -43,8 +42,17 @@ def test_the_cancel_notice_while_closing_is_not_logged():
 
 
 def test_rabbit_listeners_notice_a_stop_within_a_second():
+    from oslo_config import cfg
+
+    from cyborg.conf import opts
+    from cyborg import rpc
+    conf = cfg.ConfigOpts()
+    opts.register_opts(conf)
+    conf([], project='cyborg', default_config_files=[])
+    rabbit = conf.oslo_messaging_rabbit
+    assert rabbit.heartbeat_rate == 3          # the API keeps the library's
+    rpc.quick_stop_defaults(conf)
     # The driver's poll timeout: threshold / rate / 2.
-    rabbit = CONF.oslo_messaging_rabbit
     assert rabbit.heartbeat_timeout_threshold / rabbit.heartbeat_rate / 2 \
         <= 1.0
 
