@@ -325,7 +325,7 @@ def bind_started(older_than=None, unowned=False):
 
 
 def started_at():
-    """When the bind started: rows from before revision 0004 have no
+    """When the bind started: rows from before revision 0006 have no
     bind_started_at, and their last update stands in for it.
     """
     return sa.func.coalesce(ARQ.c.bind_started_at, ARQ.c.updated_at,
