@@ -143,8 +143,14 @@ def _start_demo(stack):
 
     kwargs = {}
     if stack.fake_gpus is not None:
+        from cyborg_emulators.nvidia import fake_mdev
+
+        # Nova's mdevs on the fake tree, made at the write as the kernel
+        # makes them.
         kwargs = {'plan': demo.gpu_plan(stack.fake_gpus.spec),
-                  'metrics_url': stack.metrics_url}
+                  'metrics_url': stack.metrics_url,
+                  'mdev_creator': fake_mdev.KernelMdevCreator(
+                      stack.fake_gpus.root)}
     threading.Thread(target=demo.run, name='demo', daemon=True, args=(
         stack.nova_receiver, stack.api_url, stack.placement_url, sys.stdout,
     ), kwargs=kwargs).start()

@@ -170,11 +170,14 @@ def metrics_lines(metrics_url):
 
 
 def run(receiver, api_url, placement_url, out, conf=None,
-        binding_timeout=BINDING_TIMEOUT, plan=None, metrics_url=None):
+        binding_timeout=BINDING_TIMEOUT, plan=None, metrics_url=None,
+        mdev_creator=None):
     """Boot the demo instances and print their <hostdev>s and ARQs to
     `out`. True if all booted; failures are printed, never raised.
     plan: (profiles, instances[, refused]); the fake GPU/FPGA host's by
     default. `refused` instances must find no allocation candidate.
+    mdev_creator: what makes the mdevs of MDEV handles (the kernel's
+    interface under [nvidia] sysfs_root by default).
     """
     profiles, instances, *rest = plan or (PROFILES, INSTANCES)
     refused = tuple(rest[0]) if rest else ()
@@ -185,7 +188,8 @@ def run(receiver, api_url, placement_url, out, conf=None,
     # the sysfs the agent's nvidia driver reads (the fake host's tree).
     runner = flow.FlowRunner(
         receiver, context, conf, binding_timeout=binding_timeout,
-        mdev_creator=mdev.SysfsMdevCreator(cyborg_conf.CONF.nvidia.sysfs_root))
+        mdev_creator=mdev_creator or mdev.SysfsMdevCreator(
+            cyborg_conf.CONF.nvidia.sysfs_root))
 
     def say(text=''):
         print(text, file=out, flush=True)

@@ -323,31 +323,108 @@ def settle_vfio(devices_dir, manager):
 
 
 def settle_mdev(devices_dir, manager):
-    """Apply `create` writes (an mdev of that type under the VF, as Nova's
-    libvirt driver does) and `remove` writes, like the kernel.
+    """Make the vGPU Manager's state follow the VFs' mdevs: apply `create`
+    and `remove` writes still pending (FakeGpuHost.create_mdev writes and
+    then settles), then count each mdev under a VF as its type configured
+    there. The mdevs themselves are the kernel's record (a create or
+    remove takes effect at the write, see apply_mdev_writes), so a writer
+    in another process (the Nova side, KernelMdevCreator) and an agent
+    restart both see the same state. An mdev the manager refuses (its GPU
+    instance is gone) is removed, as the vendor driver would have refused
+    the create.
     """
     for vf in manager.vfs:
-        types_dir = os.path.join(devices_dir, vf, 'mdev_supported_types')
-        for name in sorted(os.listdir(types_dir)) \
-                if os.path.isdir(types_dir) else []:
-            create = os.path.join(types_dir, name, 'create')
-            uuid = _take(create)
-            if uuid and manager.configure(vf, int(name.split('-')[1])):
-                mdev = os.path.join(devices_dir, vf, uuid)
-                os.makedirs(mdev, exist_ok=True)
-                _write(os.path.join(mdev, 'remove'), '')
-                link = os.path.join(mdev, 'mdev_type')
-                if not os.path.lexists(link):
-                    os.symlink(os.path.join('..', 'mdev_supported_types',
-                                            name), link)
-        for entry in os.listdir(os.path.join(devices_dir, vf)):
-            remove = os.path.join(devices_dir, vf, entry, 'remove')
-            if os.path.isfile(remove) and _take(remove) == '1':
-                mdev = os.path.join(devices_dir, vf, entry)
-                os.unlink(os.path.join(mdev, 'mdev_type'))
-                os.unlink(remove)
-                os.rmdir(mdev)
-                manager.configure(vf, 0)
+        apply_mdev_writes(devices_dir, vf, lambda vf, t: (
+            manager.current.get(vf) == t or
+            t in manager.creatable(vf)))
+        present = mdevs(devices_dir, vf)
+        wanted = next(iter(present.values()), 0)
+        if manager.current.get(vf, 0) == wanted:
+            continue
+        manager.configure(vf, 0)
+        if wanted and not manager.configure(vf, wanted):
+            for uuid in present:
+                _remove_mdev(devices_dir, vf, uuid)
+
+
+def mdevs(devices_dir, vf):
+    """{mdev uuid: type id} of the mdevs under one VF."""
+    out = {}
+    path = os.path.join(devices_dir, vf)
+    for entry in sorted(os.listdir(path)) if os.path.isdir(path) else []:
+        link = os.path.join(path, entry, 'mdev_type')
+        if os.path.islink(link):
+            out[entry] = int(os.readlink(link).rsplit('-', 1)[1])
+    return out
+
+
+def apply_mdev_writes(devices_dir, vf, allowed=None):
+    """The kernel's side of the mdev control files of one VF
+    (Documentation/ABI/testing/sysfs-bus-vfio-mdev): a UUID written to
+    mdev_supported_types/<type>/create makes the mdev <VF>/<UUID> before
+    the write returns, or the write fails (the vendor driver refuses a
+    type it has no instance left of: NVIDIA's `available_instances`);
+    1 written to <VF>/<UUID>/remove removes it at once.
+
+    allowed(vf, type id) says whether the vGPU Manager accepts the type
+    (default: the type's available_instances as last published, and no
+    mdev on the VF yet). Returns the (type dir name, UUID) creates refused.
+    """
+    path = os.path.join(devices_dir, vf)
+    if allowed is None:
+        def allowed(vf, type_id):
+            available = _read(os.path.join(
+                path, 'mdev_supported_types', 'nvidia-%d' % type_id,
+                'available_instances'))
+            return not mdevs(devices_dir, vf) and available not in (
+                None, '', '0')
+    refused = []
+    for entry in sorted(os.listdir(path)) if os.path.isdir(path) else []:
+        remove = os.path.join(path, entry, 'remove')
+        if os.path.isfile(remove) and _take(remove) == '1':
+            _remove_mdev(devices_dir, vf, entry)
+    types_dir = os.path.join(path, 'mdev_supported_types')
+    for name in sorted(os.listdir(types_dir)) \
+            if os.path.isdir(types_dir) else []:
+        uuid = _take(os.path.join(types_dir, name, 'create'))
+        if not uuid:
+            continue
+        mdev = os.path.join(path, uuid)
+        if os.path.exists(mdev) or not allowed(vf, int(name.split('-')[1])):
+            refused.append((name, uuid))
+            continue
+        try:
+            os.makedirs(mdev)
+        except FileExistsError:     # the same write, applied elsewhere
+            continue
+        _write(os.path.join(mdev, 'remove'), '')
+        os.symlink(os.path.join('..', 'mdev_supported_types', name),
+                   os.path.join(mdev, 'mdev_type'))
+        # A configured VF offers nothing more (see VgpuManager.creatable).
+        for other in os.listdir(types_dir):
+            _write(os.path.join(types_dir, other, 'available_instances'), 0)
+    return refused
+
+
+def _remove_mdev(devices_dir, vf, uuid):
+    mdev = os.path.join(devices_dir, vf, uuid)
+    for name in ('mdev_type', 'remove'):
+        try:
+            os.unlink(os.path.join(mdev, name))
+        except FileNotFoundError:
+            pass
+    try:
+        os.rmdir(mdev)
+    except FileNotFoundError:       # removed by the same write elsewhere
+        pass
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def _write(path, value):

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import requests
+import yaml
 
 from cyborg_harness import aio as harness_aio
 
@@ -214,6 +215,41 @@ def test_aio_h200_vgpu_demo_boots_vgpus_for_vms(aio):
         # No warning on the terminal: not the demo's, nor Placement's
         # "over-capacity" for a fenced GPU that is in use.
         assert proc.stderr_lines() == [], proc.logs()
+
+
+def test_aio_h200_vgpu_demo_mdev_layout_leaves_no_mdev(aio, tmp_path):
+    """The same host with the vGPU types as mdev types on the VFs: the demo
+    makes each MDEV handle's mdev on its VF (the fake applies the write at
+    once, as the kernel does); a rerun deletes the previous instances
+    first, and exactly the mdevs of the live ARQs remain.
+    """
+    with open(os.path.join(FAKE_HOSTS, 'h200-vgpu.yaml')) as f:
+        spec = yaml.safe_load(f)
+    for gpu in spec['nvidia']['gpus']:
+        gpu['vgpu_manager']['layout'] = 'mdev'
+    path = tmp_path / 'h200-vgpu-mdev.yaml'
+    path.write_text(yaml.safe_dump(spec))
+    devices = aio.state_dir / 'fake-sysfs' / 'bus' / 'pci' / 'devices'
+    for run in range(2):
+        proc = aio(demo=True, host_spec=str(path))
+        out = proc.read_until(r'^demo: \d+ of \d+ instance\(s\) booted')
+        assert 'demo: 4 of 4 instance(s) booted' in out, out + proc.logs()
+        assert out.count("type='mdev'") + out.count('type="mdev"') == 4, out
+        arqs = _demo_arqs(proc.api)
+        assert {a['attach_handle_type'] for a in arqs} == {'MDEV'}, arqs
+        wanted = {}
+        for arq in arqs:
+            i = arq['attach_handle_info']
+            vf = '%s:%s:%s.%s' % (i['domain'], i['bus'], i['device'],
+                                  i['function'])
+            wanted[arq['attach_handle_uuid']] = (vf, i['asked_type'])
+        assert len({vf for vf, _ in wanted.values()}) == 4, wanted
+        mdevs = {}
+        for link in devices.glob('*/*/mdev_type'):
+            mdevs[link.parent.name] = (link.parent.parent.name,
+                                       os.path.basename(os.readlink(link)))
+        assert mdevs == wanted
+        assert proc.stop() == 0, proc.logs()
 
 
 def test_aio_h200_dc_demo_whole_gpu_and_no_vgpu(aio):

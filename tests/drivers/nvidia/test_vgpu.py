@@ -17,10 +17,13 @@ from cyborg.drivers.nvidia import driver as nvidia
 from cyborg.drivers.nvidia import resources
 from cyborg.drivers.nvidia import vgpu
 from cyborg.objects import device as records
+from cyborg_emulators.nvidia import fake_mdev
 from cyborg_emulators.nvidia import fake_sysfs
 from cyborg_emulators.nvidia import fake_vgpu
 from tests.drivers.nvidia import conftest
 
+from nova_cyborg_client import exception as nova_exception
+from nova_cyborg_client import mdev as nova_mdev
 import yaml
 
 GPU1 = '0000:1b:00.0'
@@ -337,6 +340,37 @@ def test_mdev_layout_binds_asked_type_on_the_vf(make_host):
     host.remove_mdev(VF1, handle['uuid'])
     driver.release(GPU1, handle)
     assert gpu_state(host)['gpu_instances'] == []
+
+
+def test_fake_mdev_create_and_remove_take_effect_at_the_write(make_host):
+    """Nova's side in another process (KernelMdevCreator over the tree):
+    the mdev exists when create returns and is gone when remove returns,
+    before the agent reads sysfs again; the vGPU Manager counts it.
+    """
+    host = make_host(vgpu_spec(layout='mdev', model='a100-80gb'))
+    [manager] = host.vgpu_managers()
+    host.nvml.create_gi(host.nvml.gpu_info()[0]['uuid'], 14, 0,
+                        compute_instance=False)
+    host.sysfs.settle_vgpu()            # nvidia-700 available on the VFs
+    creator = fake_mdev.KernelMdevCreator(host.root)
+    first = nova_mdev.Mdev('a6f1c0de-0000-4000-8000-000000000001', VF1,
+                           'nvidia-700')
+    creator.create(first)
+    device = os.path.join(host.root, 'bus', 'pci', 'devices', VF1)
+    assert os.readlink(os.path.join(device, first.uuid, 'mdev_type')) == \
+        os.path.join('..', 'mdev_supported_types', 'nvidia-700')
+    # A VF holds one vGPU: a second mdev on it is refused at once.
+    with pytest.raises(nova_exception.MdevCreationFailed):
+        creator.create(first._replace(
+            uuid='a6f1c0de-0000-4000-8000-000000000002'))
+    host.sysfs.settle_vgpu()
+    assert manager.state() == {VF1: 700}
+    # Removed right after the create, before the agent looked: nothing left.
+    assert creator.remove(first)
+    assert not os.path.exists(os.path.join(device, first.uuid))
+    assert creator.remove(first) is False
+    host.sysfs.settle_vgpu()
+    assert manager.state() == {}
 
 
 # Nova's devices stay Nova's --------------------------------------------------
