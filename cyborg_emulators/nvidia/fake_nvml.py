@@ -451,6 +451,8 @@ class _Gpu:
 
     def reset(self, reboot):
         """A GPU reset (or host reboot): instances and processes vanish."""
+        if reboot and self.vgpu is not None:
+            self.vgpu.reboot()      # fake_vgpu: VF types do not survive
         self.gis.clear()
         self.procs.clear()
         self.lost = False

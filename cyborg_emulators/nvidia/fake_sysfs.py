@@ -376,6 +376,16 @@ class FakeGpuHost:
         self.sysfs.settle_vgpu()
         return os.path.isdir(tree.dev(vf, mdev_uuid))
 
+    def reboot(self):
+        """A host reboot: NVML's (FakeNvml.reboot: GPU instances gone,
+        Hopper's MIG mode off, no VF keeps its vGPU type) and the VFs'
+        vGPU files showing it (fake_vgpu.reboot).
+        """
+        self.nvml.reboot()
+        with self.sysfs._settling:
+            for manager in self.vgpu_managers():
+                fake_vgpu.reboot(self.sysfs._tree.devices, manager)
+
     def remove_mdev(self, vf, mdev_uuid):
         tree = _Tree(self.root)
         _write(tree.dev(vf, mdev_uuid, 'remove'), '1')

@@ -157,6 +157,13 @@ class VgpuManager:
     def state(self):
         return {vf: t for vf, t in sorted(self.current.items())}
 
+    def reboot(self):
+        """A host reboot: no VF keeps its vGPU type (NVIDIA's
+        vgpu-device-manager re-applies its configuration at every boot, as
+        it does the MIG layout; the vGPU Manager keeps none).
+        """
+        self.current.clear()
+
 
 class VgpuSymbols:
     """The NVML symbols of host vGPU mode and vGPU types, mixed into the
@@ -271,6 +278,17 @@ def settle(devices_dir, manager):
     else:
         settle_mdev(devices_dir, manager)
     for vf in manager.vfs:
+        write_vf(devices_dir, vf, manager)
+
+
+def reboot(devices_dir, manager):
+    """The VFs' vGPU files after a host reboot (manager.reboot() done):
+    no type configured, and no mdev (the kernel keeps none; a persistent
+    one is libvirt's to re-create, i.e. Nova's).
+    """
+    for vf in manager.vfs:
+        for uuid in mdevs(devices_dir, vf):
+            _remove_mdev(devices_dir, vf, uuid)
         write_vf(devices_dir, vf, manager)
 
 

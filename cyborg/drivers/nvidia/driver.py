@@ -85,7 +85,9 @@ class NvidiaDriver(base.Driver):
                 if shares_mod.share_address(name) is None}
         vgpu_changed = self.vgpus.reconcile(gpus)
         changed, updates = self.mig.reconcile(gpus)
-        return changed or share_changed or vgpu_changed, updates
+        # After the GPU instances: a MIG-backed type needs its instance.
+        restored = self.vgpus.restore(gpus)
+        return changed or share_changed or vgpu_changed or restored, updates
 
     @classmethod
     def pick_handles(cls, deployable, request_group, handles):

@@ -167,6 +167,51 @@ class Vgpu:
     def bound(self, address):
         return dict(self._bound.get(address, {}), **self._mine[address])
 
+    def restore(self, prepared):
+        """Write again the vGPU type of each VF a bound ARQ holds that lost
+        it (vfio layout): a host reboot leaves no VF configured (the vGPU
+        Manager keeps none; NVIDIA's vgpu-device-manager re-applies its
+        configuration at every boot), as it leaves no GPU instance. Called
+        after the GPU instances were re-created (MigBinding.reconcile).
+        Returns True when a VF was configured again.
+        """
+        restored = False
+        sysfs = self.state.sysfs
+        for address, handles in prepared.items():
+            wanted = {}
+            for handle in handles:
+                info = state_mod.attach_info(handle)
+                if 'managed' in info and vgpu_type_id(info) is not None:
+                    wanted[records.pci_address(info)] = vgpu_type_id(info)
+            if not wanted or sysfs.driver(address) != 'nvidia':
+                continue
+            with self.state.locks[address]:
+                for vf, type_id in sorted(wanted.items()):
+                    restored |= self._restore(address, vf, type_id)
+        return restored
+
+    def _restore(self, address, vf, type_id):
+        try:
+            view = self.state.sysfs.vf_vgpu(vf)
+        except OSError as e:
+            LOG.error('Cannot read the vGPU type of VF %s: %s', vf, e)
+            return False
+        if view['layout'] != 'vfio' or view['current'] == type_id:
+            return False
+        if view['current']:
+            LOG.error('VF %s of GPU %s holds vGPU type %s, its binding '
+                      'type %s; leaving it', vf, address, view['current'],
+                      type_id)
+            return False
+        LOG.warning('VF %s of GPU %s lost its vGPU type %s (host reboot?); '
+                    'writing it again', vf, address, type_id)
+        try:
+            self.state.sysfs.set_vgpu_type(vf, type_id)
+        except sysfs_mod.VgpuError as e:
+            LOG.error('Could not configure VF %s again: %s', vf, e)
+            return False
+        return True
+
     def view(self, gpu, vfs):
         views = self.state.sysfs.vfs_vgpu(vfs)
         return VgpuState(gpu, vfs, views, self.bound(gpu.address))

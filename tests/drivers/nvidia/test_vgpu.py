@@ -213,6 +213,38 @@ def test_seven_1g_vgpus_then_no_more(make_host):
     assert len(gpu_state(host)['gpu_instances']) == 7
 
 
+def test_reboot_then_reconcile_configures_the_vfs_again(make_host):
+    """A host reboot leaves no GPU instance and no VF configured (vfio
+    layout); the agent's reconcile re-creates the instance and writes the
+    VF's type again, on that VF only.
+    """
+    host = make_host(vgpu_spec())
+    driver = new_driver(host)
+    driver.discover()
+    handle, info = bind(driver, VF1, profile_group('h200-vgpu-1g-18gb'))
+    vf2 = fake_sysfs.vf_address(GPU1, 1)
+    prepared = {GPU1: [{'uuid': 'h-1', 'attach_info': handle['attach_info']}]}
+    driver.reconcile(prepared)
+    host.reboot()
+    assert read_vf(host, VF1, 'nvidia', 'current_vgpu_type').strip() == '0'
+    assert gpu_state(host)['gpu_instances'] == []
+    fresh = new_driver(host)
+    fresh.discover()
+    changed, updates = fresh.reconcile(prepared)
+    assert changed
+    assert updates['h-1']['mig_start'] == info['mig_start']
+    assert read_vf(host, VF1, 'nvidia', 'current_vgpu_type').strip() == \
+        '1414'
+    [gi] = gpu_state(host)['gpu_instances']
+    assert (gi['profile_id'], gi['start'], gi['compute_instances']) == \
+        (19, info['mig_start'], [])
+    # Nothing more to do on the next pass.
+    prepared[GPU1][0]['attach_info'] = json.dumps(dict(info, **updates['h-1']))
+    assert fresh.reconcile(prepared) == (False, {})
+    assert vf2 != VF1
+    assert read_vf(host, vf2, 'nvidia', 'current_vgpu_type').strip() == '0'
+
+
 def test_time_sliced_vgpus_one_type_at_a_time(make_host):
     host = make_host(vgpu_spec())
     driver = new_driver(host)
