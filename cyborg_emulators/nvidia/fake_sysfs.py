@@ -360,7 +360,8 @@ class FakeGpuHost:
                                on_reset=self._reset,
                                on_unbound=self.nvml.driver_unbound)
         self.sysfs.vgpu_managers = self.vgpu_managers()
-        self.sysfs.settle_vgpu()
+        if not self._saved():
+            self.sysfs.settle_vgpu()
 
     def vgpu_managers(self):
         """The fake vGPU Manager of each vGPU GPU (fake_vgpu)."""
@@ -477,6 +478,9 @@ class FakeGpuHost:
             if info['pci_address'] == address:
                 self.nvml.reset_gpu(info['uuid'])
 
+    def _saved(self):
+        return bool(self.state_file and os.path.exists(self.state_file))
+
     def _bound_to_nvidia(self, address):
         return self.sysfs.driver(address) == 'nvidia'
 
@@ -490,9 +494,13 @@ class FakeGpuHost:
         """Serve NVML from the fake, and let every Sysfs opened on this
         root (sysfs.for_root) act on the fake tree.
         """
-        if self.state_file and os.path.exists(self.state_file):
+        if self._saved():
             with open(self.state_file) as f:
                 self.nvml.load_state(json.load(f))
+            # The VFs' vGPU types are in the kept tree: the vGPU Manager
+            # takes them again once the GPU instances they sit on are
+            # back (an agent restart is no host reboot).
+            self.sysfs.settle_vgpu()
         self.nvml.install()
         sysfs.register_simulated(self.root, self.sysfs)
         privileged.simulate(self.root, self.sysfs)

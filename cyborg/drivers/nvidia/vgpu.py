@@ -109,7 +109,11 @@ class VgpuState:
     someone else configured.
     """
 
-    def __init__(self, gpu, vfs, views, bound):
+    def __init__(self, gpu, vfs, views, bound, known=True):
+        """known: the bindings are known (the agent reconciled once);
+        before that, a configured VF no binding names is in use, not
+        someone else's (an agent restart on a host with our vGPUs).
+        """
         self.gpu = gpu
         self.vfs = vfs
         self.views = views
@@ -117,6 +121,7 @@ class VgpuState:
                             if v['layout']), None)
         self.in_use = {}        # VF → type id
         self.foreign = []       # VFs configured by someone else
+        self.unknown = []       # configured, bindings not known yet
         for vf in vfs:
             view = views[vf]
             configured = view['current'] or next(
@@ -125,7 +130,7 @@ class VgpuState:
                 self.in_use[vf] = bound[vf]
             elif configured:
                 self.in_use[vf] = configured
-                self.foreign.append(vf)
+                (self.foreign if known else self.unknown).append(vf)
 
     def counts(self):
         return collections.Counter(self.in_use.values())
@@ -143,6 +148,7 @@ class Vgpu:
         # prepared here before the DB knows).
         self._bound = collections.defaultdict(dict)
         self._mine = collections.defaultdict(dict)
+        self._reconciled = False    # the bindings are not known yet
 
     # What bindings hold ------------------------------------------------------
 
@@ -161,7 +167,9 @@ class Vgpu:
             for vf in vfs:
                 self._mine[address].pop(vf, None)
         changed = dict(bound) != {a: v for a, v in self._bound.items() if v}
+        changed |= not self._reconciled
         self._bound = bound
+        self._reconciled = True
         return changed
 
     def bound(self, address):
@@ -191,6 +199,8 @@ class Vgpu:
         return restored
 
     def _restore(self, address, vf, type_id):
+        if self._bound.get(address, {}).get(vf) != type_id:
+            return False        # released since the ARQs were listed
         try:
             view = self.state.sysfs.vf_vgpu(vf)
         except OSError as e:
@@ -214,7 +224,8 @@ class Vgpu:
 
     def view(self, gpu, vfs):
         views = self.state.sysfs.vfs_vgpu(vfs)
-        return VgpuState(gpu, vfs, views, self.bound(gpu.address))
+        return VgpuState(gpu, vfs, views, self.bound(gpu.address),
+                         known=self._reconciled)
 
     # Placement -------------------------------------------------------------
 
@@ -370,8 +381,6 @@ class Vgpu:
         lock.
         """
         vf = records.pci_address(info)
-        self._mine[address].pop(vf, None)
-        self._bound.get(address, {}).pop(vf, None)
         if 'vgpu_type' in info:
             try:
                 if self.state.sysfs.vf_vgpu(vf)['current'] == int(
@@ -380,6 +389,9 @@ class Vgpu:
             except (OSError, sysfs_mod.VgpuError) as e:
                 LOG.error('Could not clear the vGPU type of VF %s: %s',
                           vf, e)
+        # Forgotten once cleared: a discovery meanwhile sees it ours.
+        self._mine[address].pop(vf, None)
+        self._bound.get(address, {}).pop(vf, None)
         if 'mig_start' in info:
             self.mig.release(address, info)
 

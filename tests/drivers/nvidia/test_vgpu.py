@@ -414,7 +414,31 @@ def test_vf_configured_by_someone_else_keeps_the_gpu_out(make_host):
     host.nvml.create_gi(host.nvml.gpu_info()[0]['uuid'], 19, 6,
                         compute_instance=False)
     host.sysfs.set_vgpu_type(VF1, 1414)     # not through a binding of ours
+    # The conductor's answer names no binding holding it: not ours.
+    driver.reconcile({})
     assert driver.discover() == []
+
+
+def test_configured_vf_before_the_bindings_are_known_is_in_use(make_host):
+    """An agent restart on a host with our vGPUs: until the first
+    reconcile says which bindings hold the configured VFs, they are in use,
+    not someone else's (the GPU stays reported, no warning).
+    """
+    host = make_host(vgpu_spec())
+    host.nvml.create_gi(host.nvml.gpu_info()[0]['uuid'], 19, 6,
+                        compute_instance=False)
+    host.sysfs.set_vgpu_type(VF1, 1414)
+    driver = new_driver(host)
+    [dep] = by_address(driver.discover()).values()
+    assert dep.inventories[vgpu.VGPU]['reserved'] == 0
+    # The rest of the GPU is still offered.
+    assert 'CUSTOM_VGPU_H200X_1_18C' in dep.traits
+    handle = vf_handle(VF1)
+    handle['attach_info'] = json.dumps(dict(
+        records.pci_info(VF1), managed='no', vgpu_type='1414',
+        mig_profile='1g.18gb', mig_start=6))
+    driver.reconcile({GPU1: [handle]})
+    assert by_address(driver.discover())
 
 
 def test_mdev_of_nova_on_a_vf_keeps_the_gpu_out(make_host):
@@ -424,6 +448,7 @@ def test_mdev_of_nova_on_a_vf_keeps_the_gpu_out(make_host):
                         compute_instance=False)
     assert host.create_mdev(VF1, 'nvidia-700',
                             'a6f1c0de-0000-4000-8000-000000000001')
+    driver.reconcile({})
     assert driver.discover() == []
 
 
