@@ -6,7 +6,9 @@ a subprocess, telling this process's events API about bindings)."""
 import json
 
 import pytest
+import yaml
 
+from cyborg import data
 from cyborg_harness import aio as harness_aio
 from nova_cyborg_client import conf as nova_conf
 from nova_cyborg_client import events as nova_events
@@ -168,3 +170,34 @@ def stack(aio_stack, conf):
     aio_stack.nova.receiver = nova_events.Receiver()
     point_at(conf, api=aio_stack.api, placement=aio_stack.placement)
     return aio_stack
+
+
+def vgpu_host_spec(tmp_path, layout):
+    """The shipped h200-vgpu spec, or a copy of it in the other layout of
+    the vGPU types ('vfio': VF nvidia/ files; 'mdev': mdev types on VFs).
+    """
+    path = data.fake_host('h200-vgpu')
+    with open(path) as f:
+        spec = yaml.safe_load(f)
+    if {g['vgpu_manager'].get('layout', 'vfio')
+            for g in spec['nvidia']['gpus']} == {layout}:
+        return path
+    for gpu in spec['nvidia']['gpus']:
+        gpu['vgpu_manager']['layout'] = layout
+    path = tmp_path / ('h200-vgpu-%s.yaml' % layout)
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.fixture(scope='module', params=['vfio', 'mdev'])
+def vgpu_stack(request, tmp_path_factory):
+    """A module's stack on the fake H200 vGPU host, once per layout; a
+    module uses it by overriding aio_stack with it.
+    """
+    tmp = tmp_path_factory.mktemp('stack')
+    stack = Stack(tmp, 'nova-vgpu', host_spec=vgpu_host_spec(
+        tmp, request.param))
+    stack.layout = request.param
+    stack.sysfs = str(tmp / 'state' / 'fake-sysfs')
+    yield stack
+    stack.stop()

@@ -18,44 +18,18 @@ import os
 
 import pytest
 import requests
-import yaml
 
-from cyborg import data
 from cyborg_emulators.nvidia import fake_mdev
 from nova_cyborg_client import flow
 from nova_cyborg_client import scheduler
-from tests.nova import conftest
 
 CYBORG_VGPU_1G = [{'resources:VGPU': '1',
                    'trait:CUSTOM_NVIDIA_2335_H200X_1_18C': 'required'}]
 
 
-def _spec(tmp_path, layout):
-    with open(data.fake_host('h200-vgpu')) as f:
-        spec = yaml.safe_load(f)
-    for gpu in spec['nvidia']['gpus']:
-        gpu['vgpu_manager']['layout'] = layout
-    path = tmp_path / ('h200-vgpu-%s.yaml' % layout)
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
-@pytest.fixture(scope='module', params=['mdev', 'vfio'])
-def vgpu_stack(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp('stack')
-    stack = conftest.Stack(tmp, 'nova-vgpu',
-                           host_spec=_spec(tmp, request.param))
-    stack.layout = request.param
-    stack.sysfs = str(tmp / 'state' / 'fake-sysfs')
-    yield stack
-    stack.stop()
-
-
-@pytest.fixture
-def stack(vgpu_stack, conf):
-    vgpu_stack.nova.receiver = conftest.nova_events.Receiver()
-    conftest.point_at(conf, api=vgpu_stack.api,
-                      placement=vgpu_stack.placement)
+@pytest.fixture(scope='module')
+def aio_stack(vgpu_stack):
+    """conftest's `stack` over the vGPU host, in both layouts."""
     return vgpu_stack
 
 

@@ -18,16 +18,13 @@ vGPU-Manager host (cyborg/data/fake-hosts/h200-vgpu.yaml, as shipped: the
 import os
 
 import pytest
-import yaml
 
-from cyborg import data
 from cyborg_aio import demo
 from cyborg_emulators.nvidia import fake_mdev
 from nova_cyborg_client import context as nova_context
 from nova_cyborg_client import exception
 from nova_cyborg_client import flow
 from nova_cyborg_client import scheduler
-from tests.nova import conftest
 
 PROFILE = 'h200-vgpu-1g-18gb'
 FLAVOR = scheduler.Flavor(extra_specs={'accel:device_profile': PROFILE})
@@ -36,38 +33,9 @@ PER_GPU = 7             # 1g.18gb GPU instances on an H200
 VFS_PER_GPU = 16
 
 
-def _spec(tmp_path, layout):
-    """The shipped spec, or a copy whose GPUs have the other layout."""
-    path = data.fake_host('h200-vgpu')
-    with open(path) as f:
-        spec = yaml.safe_load(f)
-    layouts = {g['vgpu_manager'].get('layout', 'vfio')
-               for g in spec['nvidia']['gpus']}
-    if layouts == {layout}:
-        return path
-    for gpu in spec['nvidia']['gpus']:
-        gpu['vgpu_manager']['layout'] = layout
-    path = tmp_path / ('h200-vgpu-%s.yaml' % layout)
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
-@pytest.fixture(scope='module', params=['vfio', 'mdev'])
-def vgpu_stack(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp('stack')
-    stack = conftest.Stack(tmp, 'nova-vgpu-host',
-                           host_spec=_spec(tmp, request.param))
-    stack.layout = request.param
-    stack.sysfs = str(tmp / 'state' / 'fake-sysfs')
-    yield stack
-    stack.stop()
-
-
-@pytest.fixture
-def stack(vgpu_stack, conf):
-    vgpu_stack.nova.receiver = conftest.nova_events.Receiver()
-    conftest.point_at(conf, api=vgpu_stack.api,
-                      placement=vgpu_stack.placement)
+@pytest.fixture(scope='module')
+def aio_stack(vgpu_stack):
+    """conftest's `stack` over the vGPU host, in both layouts."""
     return vgpu_stack
 
 
