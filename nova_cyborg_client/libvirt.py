@@ -18,7 +18,8 @@ LibvirtConfigGuestHostdevPCI / LibvirtConfigGuestHostdevMDEV):
 
 Beyond Nova, which logs and drops every accelerator of the guest when one
 handle is of another type: a handle that cannot be wired (another type,
-e.g. `MIG` — host-only MIG instances — or `TEST_PCI`; an unbound ARQ;
+e.g. `MIG` (host-only MIG instances), `MPS` (GPU shares for host
+processes and containers) or `TEST_PCI`; an unbound ARQ;
 missing or malformed fields) is refused with AttachHandleNotWirable, which
 names each such ARQ and why. A guest never boots without a device it was
 given.
@@ -33,12 +34,16 @@ from nova_cyborg_client import mdev as nova_mdev
 PCI = 'PCI'
 MDEV = 'MDEV'
 MIG = 'MIG'
+MPS = 'MPS'
 SUPPORTED_TYPES = frozenset((PCI, MDEV))
 # Why a known type other than PCI/MDEV is refused.
 REFUSED_TYPES = {
     MIG: 'a MIG instance of a data-center-driver host is for host '
          'processes and containers (CUDA_VISIBLE_DEVICES=MIG-...), a guest '
          'cannot use it; VMs get MIG-backed vGPUs on a vGPU host',
+    MPS: 'an MPS share of a data-center-driver host is for host processes '
+         'and containers (its CUDA_MPS_* client environment), a guest '
+         'cannot use it; VMs get time-sliced vGPUs on a vGPU host',
     'TEST_PCI': 'a fake driver\'s test handle, not a device',
 }
 # (field, largest value): a PCI address's parts, as a handle's info has

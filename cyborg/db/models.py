@@ -14,7 +14,7 @@ from cyborg.common import lifecycle
 
 DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
 DEVICE_STATUSES = ('enabled', 'maintaining')
-ATTACH_TYPES = ('PCI', 'MDEV', 'MIG', 'TEST_PCI')
+ATTACH_TYPES = ('PCI', 'MDEV', 'MIG', 'MPS', 'TEST_PCI')
 CPID_TYPES = ('PCI',)
 SHARE_MODES = ('none', 'mps', 'time-slice')
 ARQ_STATES = ('Initial', 'BindStarted', 'Bound', 'Unbound', 'BindFailed',

@@ -17,7 +17,7 @@ def canonical_json(value):
 
 @dataclasses.dataclass
 class AttachHandle:
-    attach_type: str            # PCI | MDEV | MIG | TEST_PCI
+    attach_type: str            # PCI | MDEV | MIG | MPS | TEST_PCI
     attach_info: dict           # e.g. {"domain","bus","device","function"}
 
 

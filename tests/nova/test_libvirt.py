@@ -122,6 +122,23 @@ def test_mig_handle_is_refused_with_the_reason():
         'processes and containers')
 
 
+def test_mps_share_handle_is_refused_with_the_reason():
+    """An MPS share (attach info: the share's client environment) is for
+    host processes: refused like MIG, never wired as an mdev.
+    """
+    share = _pci(kind='MPS')
+    share['attach_handle_info'].update(
+        share_slot='0', share_mode='mps', share_percent=25,
+        share_memory_mb=16384, mps_client_env={
+            'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE': '25'})
+    error = _refusal([_pci('0c'), share])
+    assert error.problems == [(share['uuid'], 'MPS',
+                               libvirt.REFUSED_TYPES['MPS'])]
+    assert 'an MPS share of a data-center-driver host is for host ' \
+        'processes and containers' in str(error)
+    assert libvirt.mdevs_of([share]) == []
+
+
 @pytest.mark.parametrize('change, reason', [
     ({'attach_handle_type': 'TEST_PCI'}, "a fake driver's test handle"),
     ({'attach_handle_type': 'AICHIP'}, 'not a type a guest can be given '

@@ -3,6 +3,10 @@
 every backend, and every column a list filters on has an index.
 """
 
+import datetime
+import json
+import uuid
+
 from alembic import autogenerate
 from alembic import migration as alembic_migration
 from alembic import script as alembic_script
@@ -67,12 +71,83 @@ def test_check_constraints_exist(empty_database):
             assert column in sql, (table, column, sql)
 
 
-def test_attach_type_mig_is_allowed(empty_database):
-    """0004 lets a handle be a MIG instance (its CHECK lists MIG)."""
+def test_attach_types_mig_and_mps_are_allowed(empty_database):
+    """0004 lets a handle be a MIG instance, 0007 an MPS share (the CHECK
+    lists both, and still MDEV).
+    """
     inspector = sa.inspect(empty_database)
     sql = ' '.join(c['sqltext'] for c in
                    inspector.get_check_constraints('attach_handles'))
-    assert "'MIG'" in sql and "'MDEV'" in sql, sql
+    for kind in ('MIG', 'MPS', 'MDEV', 'PCI', 'TEST_PCI'):
+        assert "'%s'" % kind in sql, sql
+
+
+def _insert(conn, table, **values):
+    """A row at the schema of the revision the database is at; its id."""
+    now = datetime.datetime(2026, 12, 2)
+    row = dict({'uuid': str(uuid.uuid4()), 'created_at': now}, **values)
+    tbl = sa.Table(table, sa.MetaData(), autoload_with=conn)
+    conn.execute(tbl.insert().values(**row))
+    return conn.execute(sa.select(tbl.c.id).where(
+        tbl.c.uuid == row['uuid'])).scalar_one()
+
+
+@pytest.fixture(params=dbs.BACKENDS)
+def at_0006(request):
+    """A new database per backend at revision 0006 (before MPS)."""
+    db = dbs.new(request.param)
+    engine = sa.create_engine(db.url)
+    try:
+        migration.upgrade('0006', engine=engine)
+        yield engine
+    finally:
+        engine.dispose()
+        db.drop()
+
+
+def test_0007_retypes_stored_mps_share_handles(at_0006):
+    """Share handles the nvidia driver stored as MDEV (free, or bound to
+    an MPS share) become MPS; a vGPU's MDEV handle, a time-slice share's
+    and another driver's handle on a deployable named alike stay MDEV.
+    """
+    pf = {'domain': '0000', 'bus': '1b', 'device': '00', 'function': '0'}
+    handles = {}
+    with at_0006.begin() as conn:
+        device = _insert(conn, 'devices', type='GPU', vendor='10de',
+                         model='NVIDIA H200', hostname='h1',
+                         status='enabled', excluded=False)
+        cpid = _insert(conn, 'controlpath_ids', hostname='h1',
+                       device_id=device, cpid_type='PCI',
+                       cpid_info=json.dumps(pf))
+
+        def deployable(name, driver):
+            return _insert(conn, 'deployables', name=name,
+                           num_accelerators=1, device_id=device,
+                           driver_name=driver)
+        share = deployable('0000:1b:00.0_share', 'nvidia')
+        gpu = deployable('0000:1b:00.0', 'nvidia')
+        other = deployable('x_share', 'fake')
+        for key, dep, info in (
+                ('free', share, dict(pf, share_slot='0')),
+                ('bound', share, dict(pf, share_slot='1', share_mode='mps',
+                                      share_percent=25)),
+                ('time-slice', share, dict(pf, share_slot='2',
+                                           share_mode='time-slice')),
+                ('vgpu', gpu, dict(pf, function='4',
+                                   asked_type='nvidia-700')),
+                ('other', other, dict(pf, share_slot='0'))):
+            handles[key] = _insert(
+                conn, 'attach_handles', deployable_id=dep, cpid_id=cpid,
+                in_use=key == 'bound', attach_type='MDEV',
+                attach_info=json.dumps(info))
+    migration.upgrade(engine=at_0006)
+    with at_0006.connect() as conn:
+        tbl = sa.Table('attach_handles', sa.MetaData(), autoload_with=conn)
+        types = {row.id: row.attach_type for row in conn.execute(
+            sa.select(tbl.c.id, tbl.c.attach_type))}
+    assert {key: types[i] for key, i in handles.items()} == {
+        'free': 'MPS', 'bound': 'MPS', 'time-slice': 'MDEV',
+        'vgpu': 'MDEV', 'other': 'MDEV'}
 
 
 # Columns a list or lookup filters on (API filters, conductor and agent
