@@ -26,8 +26,6 @@ Host spec (YAML-friendly)::
           group_members:             # optional other functions of the
             - {address: "0000:1b:00.1", vendor: "0x10de",   # IOMMU group
                class: "0x040300", driver: snd_hda_intel}
-          vgpu_types:                # optional vGPU manager types (no mdev)
-            - {name: GRID H200-18C, framebuffer_mb: 18432}
           vgpu_manager:              # optional: a vGPU-Manager GPU whose
             layout: vfio             # VFs carry the vGPU types (vfio|mdev,
             heterogeneous: false     # see fake_vgpu); needs sriov_vfs
@@ -44,6 +42,7 @@ from cyborg.drivers.nvidia import privileged
 from cyborg.drivers.nvidia import sysfs
 from cyborg_emulators.nvidia import fake_nvml
 from cyborg_emulators.nvidia import fake_vgpu
+from cyborg_emulators.nvidia import sysfs_files as files
 
 NVIDIA_VENDOR = '0x10de'
 GPU_CLASS = '0x030200'  # 3D controller
@@ -61,33 +60,6 @@ def vf_address(pf_address, index):
     device, function = (int(x, 16) for x in rest.split('.'))
     n = device * 8 + function + FIRST_VF_OFFSET + index
     return '%s:%s:%02x.%d' % (domain, bus, n // 8, n % 8)
-
-
-def _write(path, value):
-    with open(path, 'w') as f:
-        f.write('%s\n' % value if value != '' else '')
-
-
-def _read(path):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return ''
-
-
-def _take(path):
-    """Read and clear a write-only control file (bind, unbind, probe)."""
-    value = _read(path)
-    if value:
-        _write(path, '')
-    return value
-
-
-def _symlink(target, path):
-    if os.path.lexists(path):
-        os.unlink(path)
-    os.symlink(target, path)
 
 
 class _Tree:
@@ -108,7 +80,7 @@ class _Tree:
         os.makedirs(path, exist_ok=True)
         for control in ('bind', 'unbind', 'new_id'):
             if not os.path.exists(os.path.join(path, control)):
-                _write(os.path.join(path, control), '')
+                files.write(os.path.join(path, control), '')
 
     def has_driver(self, name):
         return bool(name) and os.path.isdir(os.path.join(self.drivers, name))
@@ -132,10 +104,11 @@ class _Tree:
             if os.path.lexists(link):
                 os.unlink(link)
         if driver:
-            _symlink(os.path.join('..', '..', '..', 'bus', 'pci', 'drivers',
-                                  driver), self.dev(address, 'driver'))
-            _symlink(os.path.join('..', '..', 'devices', address),
-                     os.path.join(self.drivers, driver, address))
+            files.symlink(os.path.join('..', '..', '..', 'bus', 'pci',
+                                       'drivers', driver),
+                          self.dev(address, 'driver'))
+            files.symlink(os.path.join('..', '..', 'devices', address),
+                          os.path.join(self.drivers, driver, address))
 
     def add_function(self, address, device_id, numa_node, driver, group,
                      vendor=NVIDIA_VENDOR, class_=GPU_CLASS,
@@ -147,37 +120,25 @@ class _Tree:
                             ('class', class_),
                             ('numa_node', numa_node),
                             ('driver_override', '')):
-            _write(os.path.join(path, name), value)
+            files.write(os.path.join(path, name), value)
         if reset_method:
             # The kernel creates `reset` only for a function with a reset
             # method and lists the methods in `reset_method` (Linux
             # Documentation/ABI/testing/sysfs-bus-pci).
-            _write(os.path.join(path, 'reset'), '')
-            _write(os.path.join(path, 'reset_method'), reset_method)
+            files.write(os.path.join(path, 'reset'), '')
+            files.write(os.path.join(path, 'reset_method'), reset_method)
         if driver and driver != 'none':
             self.add_driver(driver)
             self.bind(address, driver)
         if group is not None:
             members = os.path.join(self.groups, str(group), 'devices')
             os.makedirs(members, exist_ok=True)
-            _symlink(os.path.join('..', '..', '..', 'kernel', 'iommu_groups',
-                                  str(group)), os.path.join(path,
-                                                            'iommu_group'))
-            _symlink(os.path.join('..', '..', '..', '..', 'bus', 'pci',
-                                  'devices', address),
-                     os.path.join(members, address))
-
-    def add_vgpu_type(self, pf, type_id, name, framebuffer_mb, available):
-        """A vGPU type the vGPU manager offers on `pf` (none created)."""
-        path = self.dev(pf, 'mdev_supported_types', type_id)
-        os.makedirs(path, exist_ok=True)
-        _write(os.path.join(path, 'name'), name)
-        _write(os.path.join(path, 'description'),
-               'num_heads=4, frl_config=60, framebuffer=%dM, '
-               'max_resolution=7680x4320, max_instance=%d'
-               % (framebuffer_mb, available))
-        _write(os.path.join(path, 'available_instances'), available)
-        _write(os.path.join(path, 'device_api'), 'vfio-pci')
+            files.symlink(os.path.join('..', '..', '..', 'kernel',
+                                       'iommu_groups', str(group)),
+                          os.path.join(path, 'iommu_group'))
+            files.symlink(os.path.join('..', '..', '..', '..', 'bus', 'pci',
+                                       'devices', address),
+                          os.path.join(members, address))
 
     def add_mdevs(self, pf, count):
         """A PF carved into vGPUs by someone else (e.g. Nova's vGPU
@@ -185,22 +146,23 @@ class _Tree:
         """
         types = self.dev(pf, 'mdev_supported_types', 'nvidia-1')
         os.makedirs(types, exist_ok=True)
-        _write(os.path.join(types, 'name'), 'GRID H200-1-18C')
+        files.write(os.path.join(types, 'name'), 'GRID H200-1-18C')
         for n in range(count):
             mdev = self.dev(pf, str(uuid.uuid5(uuid.NAMESPACE_URL,
                                                '%s/%d' % (pf, n))))
             os.makedirs(mdev, exist_ok=True)
-            _symlink(os.path.join('..', 'mdev_supported_types', 'nvidia-1'),
-                     os.path.join(mdev, 'mdev_type'))
+            files.symlink(os.path.join('..', 'mdev_supported_types',
+                                       'nvidia-1'),
+                          os.path.join(mdev, 'mdev_type'))
 
     def add_vfs(self, pf, vfs, total, device_id, numa_node, groups):
-        _write(self.dev(pf, 'sriov_totalvfs'), total)
-        _write(self.dev(pf, 'sriov_numvfs'), len(vfs))
+        files.write(self.dev(pf, 'sriov_totalvfs'), total)
+        files.write(self.dev(pf, 'sriov_numvfs'), len(vfs))
         for i, vf in enumerate(vfs):
             self.add_function(vf, device_id, numa_node, 'nvidia',
                               next(groups))
-            _symlink(os.path.join('..', vf), self.dev(pf, 'virtfn%d' % i))
-            _symlink(os.path.join('..', pf), self.dev(vf, 'physfn'))
+            files.symlink(os.path.join('..', vf), self.dev(pf, 'virtfn%d' % i))
+            files.symlink(os.path.join('..', pf), self.dev(vf, 'physfn'))
 
 
 class FakeSysfs(sysfs.Sysfs):
@@ -263,7 +225,7 @@ class FakeSysfs(sysfs.Sysfs):
                 if self.on_reset is not None:
                     self.on_reset(parts[3])
                 return
-            _write(path, value)
+            files.write(path, value)
             self._settle()
 
     def gpu_reset(self, address):
@@ -312,19 +274,20 @@ class FakeSysfs(sysfs.Sysfs):
         names = sorted(os.listdir(tree.drivers)) \
             if os.path.isdir(tree.drivers) else []
         for name in names:
-            address = _take(os.path.join(tree.drivers, name, 'unbind'))
+            address = files.take(os.path.join(tree.drivers, name, 'unbind'))
             if address and tree.bound(address) == name:
                 tree.bind(address, None)
                 if name == 'nvidia' and self.on_unbound is not None:
                     self.on_unbound(address)
         for name in names:
-            address = _take(os.path.join(tree.drivers, name, 'bind'))
+            address = files.take(os.path.join(tree.drivers, name, 'bind'))
             if address and tree.unbound(address):
                 tree.bind(address, name)
-        address = _take(tree.probe)
+        address = files.take(tree.probe)
         if address and tree.unbound(address) and \
                 address not in self.refuse_bind:
-            wanted = _read(tree.dev(address, 'driver_override')) or 'nvidia'
+            wanted = (files.read(tree.dev(address, 'driver_override'))
+                      or 'nvidia')
             if tree.has_driver(wanted):
                 tree.bind(address, wanted)
 
@@ -350,6 +313,14 @@ class FakeGpuHost:
         self.gpus = [dict(g) for g in section.get('gpus', [])]
         for gpu in self.gpus:
             gpu['pci_address'] = pci.normalize_address(gpu['pci_address'])
+            if 'vgpu_types' in gpu:
+                # No real host is in that state (contract gpu-to-vm.md
+                # §2): the SR-IOV GPUs modelled here offer vGPU types on
+                # their VFs only, under the vGPU Manager.
+                raise ValueError('GPU %s: vGPU types on the physical '
+                                 'function are not modelled; give the GPU '
+                                 'a vgpu_manager section and sriov_vfs'
+                                 % gpu['pci_address'])
         self.nvml = fake_nvml.FakeNvml(
             self.gpus, driver_version=section.get('driver_version'),
             visible=self._bound_to_nvidia,
@@ -372,8 +343,8 @@ class FakeGpuHost:
         UUID to the VF's type `create` file; True when the mdev exists.
         """
         tree = _Tree(self.root)
-        _write(tree.dev(vf, 'mdev_supported_types', type_name, 'create'),
-               mdev_uuid)
+        files.write(tree.dev(vf, 'mdev_supported_types', type_name,
+                             'create'), mdev_uuid)
         self.sysfs.settle_vgpu()
         return os.path.isdir(tree.dev(vf, mdev_uuid))
 
@@ -389,7 +360,7 @@ class FakeGpuHost:
 
     def remove_mdev(self, vf, mdev_uuid):
         tree = _Tree(self.root)
-        _write(tree.dev(vf, mdev_uuid, 'remove'), '1')
+        files.write(tree.dev(vf, mdev_uuid, 'remove'), '1')
         self.sysfs.settle_vgpu()
 
     def _build(self):
@@ -402,7 +373,7 @@ class FakeGpuHost:
         for name in DRIVERS:
             tree.add_driver(name)
         if not os.path.exists(tree.probe):
-            _write(tree.probe, '')
+            files.write(tree.probe, '')
         groups = self._group_numbers()
         for gpu, info in zip(self.gpus, self.nvml.gpu_info()):
             address = gpu['pci_address']
@@ -423,10 +394,6 @@ class FakeGpuHost:
                     member.get('driver'), group,
                     vendor=member.get('vendor', NVIDIA_VENDOR),
                     class_=member.get('class', GPU_CLASS))
-            for n, vgpu in enumerate(gpu.get('vgpu_types') or ()):
-                tree.add_vgpu_type(address, 'nvidia-%d' % (1100 + n),
-                                   vgpu['name'], vgpu['framebuffer_mb'],
-                                   vgpu.get('available_instances', 1))
             if gpu.get('mdevs'):
                 tree.add_mdevs(address, int(gpu['mdevs']))
             vfs = int(gpu.get('sriov_vfs', 0))
@@ -460,7 +427,7 @@ class FakeGpuHost:
         """
         fds = os.path.join(self.proc_root, str(pid), 'fd')
         os.makedirs(fds, exist_ok=True)
-        _symlink('/dev/vfio/%d' % group, os.path.join(fds, str(fd)))
+        files.symlink('/dev/vfio/%d' % group, os.path.join(fds, str(fd)))
 
     def release_vfio_group(self, pid):
         """Process `pid` exits."""

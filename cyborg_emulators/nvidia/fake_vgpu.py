@@ -29,6 +29,8 @@ import os
 
 import pynvml as N
 
+from cyborg_emulators.nvidia import sysfs_files as files
+
 NO_PROFILE = 0xFFFFFFFF     # nvmlVgpuTypeGetGpuInstanceProfileId, not MIG
 # The header creatable_vgpu_types keeps when nothing more is creatable.
 CREATABLE_HEADER = 'ID    : vGPU Name'
@@ -301,24 +303,24 @@ def write_vf(devices_dir, vf, manager):
         os.makedirs(folder, exist_ok=True)
         lines = [CREATABLE_HEADER] + [
             '%d : %s' % (t, manager.types[t].name) for t in sorted(creatable)]
-        _write(os.path.join(folder, 'creatable_vgpu_types'),
-               '\n'.join(lines))
+        files.write(os.path.join(folder, 'creatable_vgpu_types'),
+                    '\n'.join(lines))
         current = os.path.join(folder, 'current_vgpu_type')
-        _write(current, manager.current.get(vf, 0))
+        files.write(current, manager.current.get(vf, 0))
         return
     for t in manager.types.values():
         folder = os.path.join(path, 'mdev_supported_types', 'nvidia-%d' % t.id)
         if not os.path.isdir(folder):
             os.makedirs(folder)
-            _write(os.path.join(folder, 'name'), t.name)
-            _write(os.path.join(folder, 'description'),
-                   'num_heads=1, frl_config=60, framebuffer=%dM, '
-                   'max_resolution=4096x2160, max_instance=%d'
-                   % (t.framebuffer_mib, t.max_instances))
-            _write(os.path.join(folder, 'device_api'), 'vfio-pci')
-            _write(os.path.join(folder, 'create'), '')
-        _write(os.path.join(folder, 'available_instances'),
-               int(t.id in creatable))
+            files.write(os.path.join(folder, 'name'), t.name)
+            files.write(os.path.join(folder, 'description'),
+                        'num_heads=1, frl_config=60, framebuffer=%dM, '
+                        'max_resolution=4096x2160, max_instance=%d'
+                        % (t.framebuffer_mib, t.max_instances))
+            files.write(os.path.join(folder, 'device_api'), 'vfio-pci')
+            files.write(os.path.join(folder, 'create'), '')
+        files.write(os.path.join(folder, 'available_instances'),
+                    int(t.id in creatable))
 
 
 def settle_vfio(devices_dir, manager):
@@ -391,7 +393,7 @@ def apply_mdev_writes(devices_dir, vf, allowed=None):
     path = os.path.join(devices_dir, vf)
     if allowed is None:
         def allowed(vf, type_id):
-            available = _read(os.path.join(
+            available = files.read(os.path.join(
                 path, 'mdev_supported_types', 'nvidia-%d' % type_id,
                 'available_instances'))
             return not mdevs(devices_dir, vf) and available not in (
@@ -399,12 +401,12 @@ def apply_mdev_writes(devices_dir, vf, allowed=None):
     refused = []
     for entry in sorted(os.listdir(path)) if os.path.isdir(path) else []:
         remove = os.path.join(path, entry, 'remove')
-        if os.path.isfile(remove) and _take(remove) == '1':
+        if os.path.isfile(remove) and files.take(remove) == '1':
             _remove_mdev(devices_dir, vf, entry)
     types_dir = os.path.join(path, 'mdev_supported_types')
     for name in sorted(os.listdir(types_dir)) \
             if os.path.isdir(types_dir) else []:
-        uuid = _take(os.path.join(types_dir, name, 'create'))
+        uuid = files.take(os.path.join(types_dir, name, 'create'))
         if not uuid:
             continue
         mdev = os.path.join(path, uuid)
@@ -415,12 +417,13 @@ def apply_mdev_writes(devices_dir, vf, allowed=None):
             os.makedirs(mdev)
         except FileExistsError:     # the same write, applied elsewhere
             continue
-        _write(os.path.join(mdev, 'remove'), '')
+        files.write(os.path.join(mdev, 'remove'), '')
         os.symlink(os.path.join('..', 'mdev_supported_types', name),
                    os.path.join(mdev, 'mdev_type'))
         # A configured VF offers nothing more (see VgpuManager.creatable).
         for other in os.listdir(types_dir):
-            _write(os.path.join(types_dir, other, 'available_instances'), 0)
+            files.write(os.path.join(types_dir, other,
+                                     'available_instances'), 0)
     return refused
 
 
@@ -435,27 +438,3 @@ def _remove_mdev(devices_dir, vf, uuid):
         os.rmdir(mdev)
     except FileNotFoundError:       # removed by the same write elsewhere
         pass
-
-
-def _read(path):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def _write(path, value):
-    with open(path, 'w') as f:
-        f.write('%s\n' % value if value != '' else '')
-
-
-def _take(path):
-    try:
-        with open(path) as f:
-            value = f.read().strip()
-    except OSError:
-        return ''
-    if value:
-        _write(path, '')
-    return value

@@ -4,8 +4,11 @@ conductor and Placement with the nvidia driver over the fake NVML: the
 `_share` provider's totals, one ARQ per share bound through it, Placement
 never handing out more than the card, and share pool vs whole/MIG use
 excluding each other through the pool consumer's allocation; MPS shares
-enforced by the GPU's MPS control daemon (the fake control program),
-time-slice shares offered only where vGPU types enforce them."""
+enforced by the GPU's MPS control daemon (the fake control program) and
+bound through `MPS` handles; time-slice shares offered nowhere (nothing
+enforces them on a data-center-driver host, and on a vGPU-Manager host
+the time-sliced vGPU types are the VMs' time slices), with the reason in
+the Share condition."""
 
 import json
 import os
@@ -31,7 +34,6 @@ GPU = '0000:1b:00.0'
 SHARE = GPU + '_share'
 V24 = test_gpu_lifecycle.V24
 PROFILE = 'gpu-share-mps-25pct-16g'
-PROFILE_TIMESLICE = 'gpu-share-timeslice-25pct-16g'
 # The fake H200 capture: NVML total 143771 MiB, v2 reserved 615.06 MiB
 # (rounded up), minus the default 256 MiB margin.
 SHARE_MEMORY = 143771 - 616 - 256
@@ -40,9 +42,9 @@ MIG_1G = {'CUSTOM_GPU_MEM_SLICE': 1, 'CUSTOM_GPU_COMPUTE_SLICE': 1,
 
 
 FAKE_MPS = '%s -m cyborg_emulators.nvidia.fake_mps_control' % sys.executable
-VGPU_TYPES = [{'name': 'GRID H200-72C', 'framebuffer_mb': 73728},
-              {'name': 'GRID H200-18C', 'framebuffer_mb': 18432},
-              {'name': 'GRID H200-36C', 'framebuffer_mb': 36864}]
+# The GPU under the vGPU Manager, as the shipped h200-vgpu host has it.
+VGPU_MANAGER = {'mig_mode': 1, 'sriov_vfs': 16,
+                'vgpu_manager': {'layout': 'vfio', 'heterogeneous': False}}
 
 
 @pytest.fixture
@@ -74,10 +76,6 @@ def stack(sqlite_database, placement_service, nova_server, gpu_host):
     s.gpu_host = gpu_host
     groups = data.profile(PROFILE)[0]['groups']
     s.profile(PROFILE, groups)
-    s.profile(PROFILE_TIMESLICE, [dict(
-        {k: v for k, v in g.items() if k != 'trait:CUSTOM_GPU_SHARE_MPS'},
-        **{'trait:CUSTOM_GPU_SHARE_TIMESLICE': 'required'})
-        for g in groups])
     yield s
     s.stop()
 
@@ -149,6 +147,8 @@ def test_share_pool_binds_shares_and_excludes_whole_and_mig(stack):
     assert stack.bind(arqs, instance, [rp]).status_int == 202
     [bound] = stack.wait_resolved(instance)
     assert bound['state'] == 'Bound', bound
+    # For host processes and containers: not a VM attach type.
+    assert bound['attach_handle_type'] == 'MPS'
     info = bound['attach_handle_info']
     assert (info['share_mode'], info['share_memory_mb'],
             info['share_percent']) == ('mps', 16384, 25)
@@ -222,13 +222,11 @@ def test_share_pool_binds_shares_and_excludes_whole_and_mig(stack):
     assert fake_mps_control.commands(pipe) == []
 
 
-@pytest.mark.parametrize('gpu_host', [{'vgpu_types': VGPU_TYPES}],
-                         indirect=True)
 def test_share_mode_refused_while_mig_is_in_use(stack):
     gpu_rp = stack.rp(GPU)
     mig_claim = str(uuid.uuid4())
     assert allocate(stack, gpu_rp, MIG_1G, mig_claim) == 204
-    dev = set_share(stack, 'time-slice')
+    dev = set_share(stack, 'mps')
     assert share_condition(dev) == ('False', 'GpuInUse')
     assert stack.placement.provider(share_rp(stack)) is None
     deps = stack.api('GET', '/v2/deployables').json['deployables']
@@ -239,7 +237,7 @@ def test_share_mode_refused_while_mig_is_in_use(stack):
     dev = test_gpu_lifecycle.device(stack, GPU)
     assert share_condition(dev) == ('True', 'Pooled')
     _, traits = stack.placement.traits(share_rp(stack))
-    assert 'CUSTOM_GPU_SHARE_TIMESLICE' in traits
+    assert 'CUSTOM_GPU_SHARE_MPS' in traits
     _, inventories = stack.placement.inventories(share_rp(stack))
     assert inventories['CUSTOM_GPU_SHARE_SLOT']['total'] == 10
     assert inventories['CUSTOM_GPU_CORE_PERCENT']['allocation_ratio'] == 1.0
@@ -256,34 +254,28 @@ def test_share_provider_is_fenced_with_its_device(stack):
         assert test_gpu_lifecycle.fenced(stack, address), address
 
 
-def test_smallest_vgpu_type():
-    types = [{'type': 'a', 'name': 'GRID H200-36C', 'description': ''},
-             {'type': 'b', 'name': 'x',
-              'description': 'num_heads=4, framebuffer=18432M'},
-             {'type': 'c', 'name': 'GRID H200-141C', 'description': ''}]
-    assert shares.smallest_vgpu_type(types, 16384) == 'b'
-    assert shares.smallest_vgpu_type(types, 20000) == 'a'
-    assert shares.smallest_vgpu_type(types, 200000) is None
-
-
-@pytest.mark.parametrize('gpu_host', [{'vgpu_types': VGPU_TYPES}],
-                         indirect=True)
-def test_time_slice_share_binds_as_a_vgpu_type(stack):
-    """A time-slice share is a VM's: the vGPU type that holds it."""
-    set_share(stack, 'time-slice', slots=4)
-    arqs = stack.create_arqs(PROFILE_TIMESLICE)
-    instance = str(uuid.uuid4())
-    assert allocate(stack, stack.rp(SHARE), {
-        'CUSTOM_GPU_MEMORY_MB': 16384, 'CUSTOM_GPU_CORE_PERCENT': 25,
-        'CUSTOM_GPU_SHARE_SLOT': 1}, instance) == 204
-    assert stack.bind(arqs, instance, [stack.rp(SHARE)]).status_int == 202
-    [bound] = stack.wait_resolved(instance)
-    assert bound['state'] == 'Bound', bound
-    info = bound['attach_handle_info']
-    assert info['vgpu_type'] == 'nvidia-1101'     # the 18C: smallest fit
-    assert info['enforcer'] == shares.VGPU_ENFORCER
-    assert 'mps_client_env' not in info
-    assert fake_mps_control.load(mps_pipe(stack)) is None
+@pytest.mark.parametrize('gpu_host', [VGPU_MANAGER], indirect=True)
+@pytest.mark.parametrize('mode, reason', [
+    ('time-slice', 'whose time-sliced vGPU types already are the enforced '
+                   'time slices of VMs: ask for one with a vGPU device '
+                   'profile (trait CUSTOM_VGPU_H200X_141C or '
+                   'CUSTOM_VGPU_H200X_35C or CUSTOM_VGPU_H200X_70C)'),
+    ('mps', 'there is no host CUDA')])
+def test_no_share_on_a_vgpu_manager_host(stack, mode, reason):
+    """A time-slice share would duplicate the time-sliced vGPU types that
+    VMs get there; MPS has no host CUDA to run on. Neither is offered,
+    the Share condition says why, and the GPU's vGPUs stay offered.
+    """
+    dev = set_share(stack, mode)
+    assert dev['share_mode'] == mode
+    assert share_condition(dev) == ('False', 'Unsupported')
+    [message] = [c['message'] for c in dev['conditions']
+                 if c['type'] == 'Share']
+    assert reason in message
+    assert stack.placement.provider(share_rp(stack)) is None
+    assert pool(stack) == {}
+    _, inventories = stack.placement.inventories(stack.rp(GPU))
+    assert inventories['VGPU']['total'] == 16
 
 
 def test_time_slice_share_not_offered_where_nothing_enforces_it(stack):

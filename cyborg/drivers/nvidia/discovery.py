@@ -268,8 +268,9 @@ class Discovery:
             and CONF.nvidia.adopt_passthrough}
         board['host_kind'] = kind
         deployables = [deployable]
-        share, observation = (None, None) if kind == vgpu_mod.VGPU_HOST \
-            else self.shares.deployable(gpu, mode, traits)
+        # On a vGPU-Manager host no share is offered; asking for one
+        # still gets the Share condition saying why (shares.enforcer).
+        share, observation = self.shares.deployable(gpu, mode, traits)
         if share is not None:
             deployables.append(share)
         if observation is not None:

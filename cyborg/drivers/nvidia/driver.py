@@ -13,7 +13,7 @@ to the module of its concern, all sharing one state.HostState:
   ownership, re-created after a reboot;
 - vgpu: the host kind, and vGPU types on the VFs of a vGPU-Manager GPU
   (a VF configured, and a GPU instance for MIG-backed types);
-- shares: GPUs shared by capacity (MPS / time-slice), the `_share`
+- shares: GPUs shared by capacity (MPS; no time-slice share), the `_share`
   deployable, offered only where something enforces it (mps: the MPS
   control daemon per GPU);
 - reclaim (with occupancy): resetting a GPU nobody uses;

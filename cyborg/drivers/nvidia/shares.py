@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Sharing a GPU by capacity (MPS or time-slice).
+"""Sharing a GPU by capacity: MPS shares for host processes and containers.
 
 A GPU the operator put into a share mode is also reported as a second
 deployable, `<address>_share`, whose provider offers percent of the SMs,
@@ -11,18 +11,41 @@ A share is only offered where something enforces it (`enforcer()`):
 - mps: the GPU's MPS control daemon (cyborg.drivers.nvidia.mps), started
   by the agent when the pool is offered, holds the ceiling; each bound
   share's own SM percent and memory go to its consumer as the MPS client
-  environment. Needs compute capability 7.0+ and MIG mode off (in MIG
-  mode CUDA sees only MIG devices). For processes and containers, not
-  VMs.
-- time-slice: only where the vGPU Manager offers vGPU types, which fix
-  each VM's framebuffer and schedule the SMs: the share binds as the
-  smallest vGPU type holding its memory. On a data-center-driver host
-  nothing limits a time-sliced process's memory or SMs, so no
-  time-slice share is offered there.
+  environment. Needs host CUDA (a data-center-driver host: the vGPU
+  Manager has none, contract gpu-to-vm.md §1), compute capability 7.0+
+  and MIG mode off (in MIG mode CUDA sees only MIG devices). Its attach
+  handles are of type `MPS`: a share is for processes and containers on
+  the host, never a VM, so it is not `MDEV` (a VM attach type: Nova
+  would make an mdev of it) and Nova's side refuses it, as it does `MIG`.
+- time-slice: never offered by this driver. The two ways it could go:
+
+  * re-based on the vGPU Manager's VF model (vgpu.py): a time-slice
+    share would become "the time-sliced vGPU type holding the memory
+    asked, on a free VF". That is what a vGPU device profile already
+    asks for (`VGPU=1` + `CUSTOM_VGPU_<TYPE>`, counted on the GPU's own
+    provider as 1/n of its slices), with a worse count: MiB and percent
+    on a second provider cannot say that the vGPU Manager runs one
+    time-sliced size per GPU (equal-size mode), that an ask takes the
+    whole fixed framebuffer of the smallest type holding it, or that its
+    scheduler shares SMs by equal or fixed share rather than by percent;
+    and the share pool's consumer would lock the VFs away from vGPU
+    profiles. Two Placement models of one vGPU Manager would disagree.
+  * dropped where it duplicates vGPU for VMs (chosen): on a
+    vGPU-Manager host a time-sliced vGPU type already is the enforced
+    time slice of a VM (fixed framebuffer, scheduled SMs, contract §2),
+    asked for with a vGPU profile (e.g. h200-vgpu-70c); on a
+    data-center-driver host CUDA time-slicing limits neither a
+    process's memory nor its SMs, so nothing would enforce a share.
+
+  So a GPU asked for a time-slice share gets no share provider and the
+  Share condition False/Unsupported with the reason for its host kind
+  (on a vGPU-Manager host, the vGPU type traits to ask for instead),
+  logged once per change. No vGPU type is read here: vgpu.py alone
+  reads them, on the VFs (never the PF of an SR-IOV GPU). The API keeps
+  the mode (API and database compatibility).
 """
 
 import json
-import re
 
 from oslo_log import log
 
@@ -30,14 +53,15 @@ from cyborg.conf import CONF
 from cyborg.drivers import base
 from cyborg.drivers.nvidia import mps as mps_mod
 from cyborg.drivers.nvidia import resources
+from cyborg.drivers.nvidia import vgpu as vgpu_mod
 from cyborg.objects import device as records
 
 LOG = log.getLogger(__name__)
 SHARE_SUFFIX = '_share'
 MPS_ENFORCER = 'MPS control daemon'
-VGPU_ENFORCER = 'vGPU Manager (vGPU type framebuffer and scheduler)'
-_FRAMEBUFFER = re.compile(r'framebuffer=(\d+)M', re.I)
-_TYPE_SIZE = re.compile(r'-(\d+)[A-Z]*$')
+# The attach handle type of a share: processes and containers on the
+# host (its MPS client environment), not a VM.
+HANDLE_TYPE = 'MPS'
 
 
 def _info(handle):
@@ -59,25 +83,6 @@ def share_address(deployable_name):
     if deployable_name.endswith(SHARE_SUFFIX):
         return deployable_name[:-len(SHARE_SUFFIX)]
     return None
-
-
-def _framebuffer_mb(vgpu_type):
-    """MiB of a vGPU type: `framebuffer=NNNNM` in its description, else
-    the GB size at the end of its name ('GRID H200-18C' → 18432).
-    """
-    m = _FRAMEBUFFER.search(vgpu_type.get('description') or '')
-    if m:
-        return int(m.group(1))
-    m = _TYPE_SIZE.search((vgpu_type.get('name') or '').strip())
-    return int(m.group(1)) * 1024 if m else None
-
-
-def smallest_vgpu_type(types, memory_mb):
-    """The type id with the smallest framebuffer that holds memory_mb."""
-    sized = sorted((fb, t['type']) for t in types
-                   for fb in [_framebuffer_mb(t)] if fb is not None
-                   and fb >= (memory_mb or 0))
-    return sized[0][1] if sized else None
 
 
 def share_limits(info):
@@ -108,6 +113,7 @@ class Shares:
         self._slots = {}    # address → slots last reported
         self._limits = {}   # address → {handle uuid: (percent, MiB)}
         self._daemons = {}  # address → GPU UUID whose MPS daemon we run
+        self._refusals = {}  # address → (mode, why) last logged
 
     def set_modes(self, modes):
         """The share modes operators asked for ({address: {mode, slots}};
@@ -145,6 +151,8 @@ class Shares:
         """(what enforces a `mode` share of `gpu`, None) or (None, why
         no share of that mode can be offered there).
         """
+        if gpu.host_vgpu:
+            return None, _vgpu_host_refusal(gpu, mode)
         if mode == 'mps':
             why = mps_mod.supported(gpu.compute_capability)
             if why:
@@ -153,11 +161,22 @@ class Shares:
                 return None, ('MIG mode is on: CUDA sees only MIG devices, '
                               'so MPS on the whole GPU cannot run')
             return MPS_ENFORCER, None
-        if self.state.sysfs.mdev_types(gpu.address):
-            return VGPU_ENFORCER, None
-        return None, ('time-slice shares are not offered here: without '
-                      'the vGPU Manager nothing limits a time-sliced '
-                      'process\'s memory or SMs (use mps)')
+        return None, ('time-slice shares are not offered: on a '
+                      'data-center-driver host nothing limits a '
+                      'time-sliced process\'s memory or SMs (use mps); '
+                      'VMs get enforced time slices as time-sliced vGPU '
+                      'types on a vGPU-Manager host')
+
+    def _refused(self, address, mode, why):
+        """Log once per change why a share mode asked for a GPU is not
+        offered (the Share condition says it on every report).
+        """
+        if why is None:
+            self._refusals.pop(address, None)
+        elif self._refusals.get(address) != (mode, why):
+            self._refusals[address] = (mode, why)
+            LOG.warning('Share mode %s asked for GPU %s is not offered: %s',
+                        mode, address, why)
 
     def _ceiling(self, gpu, slots):
         """What any MPS client of the GPU may get at most: the largest
@@ -189,6 +208,7 @@ class Shares:
         bound = self._bound.get(gpu.address, 0)
         if wanted is None and not bound:
             self._slots.pop(gpu.address, None)
+            self._refused(gpu.address, None, None)
             self._stop_daemon(gpu.address)
             return None, None
         slots = (wanted['slots'] if wanted
@@ -213,6 +233,7 @@ class Shares:
                 except mps_mod.MpsError as e:
                     enforcer, why = None, str(e)
             observation['enforcer'] = enforcer
+            self._refused(gpu.address, wanted['mode'], why)
             if enforcer is None:
                 observation.update(ready=False, why=why)
                 if not bound:
@@ -231,7 +252,7 @@ class Shares:
         return records.Deployable(
             name=share_name(gpu.address), num_accelerators=slots,
             resource_class=resources.SHARE_SLOT, traits=sorted(traits),
-            attach_handles=[records.AttachHandle('MDEV', dict(
+            attach_handles=[records.AttachHandle(HANDLE_TYPE, dict(
                 pf, share_slot=str(n))) for n in range(slots)],
             driver_name=self.driver_name,
             attributes={'gpu_uuid': gpu.uuid,
@@ -239,10 +260,10 @@ class Shares:
             inventories=invs), observation
 
     def prepare(self, address, handle):
-        """What a share grants; Placement already counted it against the
-        pool. MPS: the client environment with the share's limits, and the
-        daemon's ceiling raised to it if needed. Time-slice (VMs): the
-        smallest vGPU type that holds the memory.
+        """What an MPS share grants (Placement already counted it against
+        the pool): the client environment with the share's limits, and
+        the daemon's ceiling raised to it if needed. Any other share is
+        refused with the reason (see enforcer()).
         """
         wanted = self._modes.get(address)
         if wanted is None:
@@ -256,34 +277,15 @@ class Shares:
                 'A share of GPU %s asks for neither %s nor %s'
                 % (address, resources.MEMORY_MB, resources.CORE_PERCENT))
         gpu = self.state.geometry.get(address)
-        if wanted['mode'] == 'mps':
-            return self._prepare_mps(gpu, address, handle, memory, percent)
-        info = {'share_mode': wanted['mode']}
-        if memory is not None:
-            info['share_memory_mb'] = memory
-        if percent is not None:
-            info['share_percent'] = percent
-        types = self.state.sysfs.mdev_types(address)
-        if not types:
-            raise base.PrepareError(
-                'GPU %s has no vGPU types: nothing would enforce a '
-                'time-slice share' % address)
-        fit = memory or (gpu.memory_total // resources.MIB * percent
-                         // 100 if gpu else 0)
-        vgpu = smallest_vgpu_type(types, fit)
-        if vgpu is None:
-            raise base.PrepareError('No vGPU type of GPU %s holds %d MiB'
-                                    % (address, fit))
-        info.update(vgpu_type=vgpu, enforcer=VGPU_ENFORCER)
-        return info
-
-    def _prepare_mps(self, gpu, address, handle, memory, percent):
         if gpu is None:
             raise base.PrepareError('GPU %s is not known to the nvidia '
                                     'driver on this host' % address)
-        enforcer, why = self.enforcer(gpu, 'mps')
+        enforcer, why = self.enforcer(gpu, wanted['mode'])
         if enforcer is None:
-            raise base.PrepareError(why)
+            raise base.PrepareError('GPU %s: %s' % (address, why))
+        return self._prepare_mps(gpu, address, handle, memory, percent)
+
+    def _prepare_mps(self, gpu, address, handle, memory, percent):
         pool = resources.share_memory_mb(gpu,
                                          CONF.nvidia.share_memory_margin_mb)
         percent = 100 if percent is None else percent
@@ -323,3 +325,20 @@ class Shares:
         except mps_mod.MpsError as e:
             LOG.warning('Could not lower the MPS ceiling of GPU %s: %s',
                         address, e)
+
+
+def _vgpu_host_refusal(gpu, mode):
+    """Why a GPU the vGPU Manager runs offers no `mode` share."""
+    if mode == 'mps':
+        return ('GPU %s is run by the NVIDIA vGPU Manager: there is no host '
+                'CUDA, so no MPS daemon can run (MPS shares are for '
+                'processes and containers on a data-center-driver host)'
+                % gpu.address)
+    sliced = sorted(vgpu_mod.type_trait(t) for t in gpu.vgpu_types
+                    if not t.mig_backed)
+    return ('GPU %s is run by the NVIDIA vGPU Manager, whose time-sliced '
+            'vGPU types already are the enforced time slices of VMs: ask '
+            'for one with a vGPU device profile (%s) instead of a '
+            'time-slice share' % (gpu.address, 'trait ' + ' or '.join(
+                sliced) if sliced else 'this GPU lists no time-sliced '
+                'vGPU type'))

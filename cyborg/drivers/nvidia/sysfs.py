@@ -110,10 +110,12 @@ class Sysfs:
         return sorted(n for n in names if _UUID.match(n) and os.path.exists(
             os.path.join(path, n, 'mdev_type')))
 
-    def mdev_types(self, address):
+    def _vf_mdev_types(self, address):
         """[{type, name, description, available_instances}] of the vGPU
-        types the PF offers (the NVIDIA vGPU manager's
-        mdev_supported_types); [] without a vGPU manager.
+        types a VF of a vGPU-Manager GPU offers in the mdev layout (its
+        mdev_supported_types); [] for any other function. On Ampere and
+        Hopper the vGPU Manager offers vGPU types on the VFs, never on
+        the PF (contract gpu-to-vm.md §2): only vf_vgpu() reads them.
         """
         path = self._dev(address, 'mdev_supported_types')
         try:
@@ -153,7 +155,7 @@ class Sysfs:
             out['current'] = _read_int(self._dev(
                 address, 'nvidia', 'current_vgpu_type')) or 0
             return out
-        types = self.mdev_types(address)
+        types = self._vf_mdev_types(address)
         if not types:
             return out
         out['layout'] = 'mdev'

@@ -1,10 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """Shares and what enforces them, at the driver: which share kinds a GPU
-is offered in, the MPS ceiling following bound shares through prepare,
-release and a restart's reconcile (the fake MPS control program as the
-daemon), and refusals."""
+is offered in on each kind of host (MPS only on a data-center-driver
+host; time-slice nowhere, with the reason), share handles typed MPS, the
+MPS ceiling following bound shares through prepare, release and a
+restart's reconcile (the fake MPS control program as the daemon), and
+refusals."""
 
 import json
+import logging
+import os
 import sys
 
 import pytest
@@ -16,6 +20,7 @@ from cyborg.drivers.nvidia import driver as nvidia
 from cyborg.drivers.nvidia import shares
 from cyborg_emulators.nvidia import fake_mps_control
 from tests.drivers.nvidia import test_driver
+from tests.drivers.nvidia import test_vgpu
 
 GPU = test_driver.GPU1
 SHARE = GPU + shares.SHARE_SUFFIX
@@ -43,8 +48,8 @@ def _share(memory=None, percent=None, uuid='h-1'):
         group['resources:CUSTOM_GPU_MEMORY_MB'] = str(memory)
     if percent is not None:
         group['resources:CUSTOM_GPU_CORE_PERCENT'] = str(percent)
-    return {'uuid': uuid, 'attach_type': 'MDEV', 'attach_info': '{}',
-            'request_group': group}
+    return {'uuid': uuid, 'attach_type': shares.HANDLE_TYPE,
+            'attach_info': '{}', 'request_group': group}
 
 
 def _gpu(**kw):
@@ -71,6 +76,78 @@ def test_enforcers(host):
     assert kind is None and 'MIG mode is on' in why
     kind, why = enforcer(_gpu(), 'time-slice')
     assert kind is None and 'nothing limits' in why
+
+
+def test_nothing_is_shared_on_a_vgpu_manager_host(host):
+    """vGPU Manager (NVML HOST_VGPU): no host CUDA, so no MPS; its
+    time-sliced vGPU types are the time slices VMs get, so no time-slice
+    share either: the reason names the type traits to ask for.
+    """
+    vgpu_host = dict(
+        virtualization_mode=nvml.VIRTUALIZATION_HOST_VGPU,
+        vgpu_types=(nvml.VgpuType(1414, 'NVIDIA H200X-1-18C', 18432, 7, 19),
+                    nvml.VgpuType(1427, 'NVIDIA H200X-70C', 71680, 2),
+                    nvml.VgpuType(1428, 'NVIDIA H200X-141C', 144384, 1)))
+    enforcer = _driver(host).shares.enforcer
+    kind, why = enforcer(_gpu(**vgpu_host), 'mps')
+    assert kind is None and 'no host CUDA' in why
+    kind, why = enforcer(_gpu(**vgpu_host), 'time-slice')
+    assert kind is None
+    assert 'trait CUSTOM_VGPU_H200X_141C or CUSTOM_VGPU_H200X_70C' in why
+    assert 'H200X_1_18C' not in why         # MIG-backed: not a time slice
+
+
+@pytest.mark.parametrize('mode', ['mps', 'time-slice'])
+def test_vgpu_host_share_request_is_refused_and_said(make_host, caplog,
+                                                     mode):
+    """The shipped vGPU-Manager host: a share asked for gets no share
+    deployable, the observation (the agent's Share condition) says why,
+    the log says it once, and the vGPU view is untouched. No vGPU type
+    is on the PF: they are on the VFs only.
+    """
+    host = make_host(test_vgpu.shipped('h200-vgpu.yaml'))
+    assert not os.path.exists(os.path.join(
+        host.root, 'bus', 'pci', 'devices', GPU, 'mdev_supported_types'))
+    drv = _driver(host)
+    before = {d.deployables[0].name: d.deployables[0].inventories
+              for d in drv.discover()}
+    drv.set_share_modes({GPU: {'mode': mode, 'slots': 4}})
+    caplog.set_level(logging.WARNING)
+    for _ in range(2):
+        devices = drv.discover()
+    device = next(d for d in devices if d.deployables[0].name == GPU)
+    assert [d.name for d in device.deployables] == [GPU]
+    assert device.deployables[0].inventories == before[GPU]
+    observation = device.observations['share']
+    assert (observation['mode'], observation['ready']) == (mode, False)
+    assert 'run by the NVIDIA vGPU Manager' in observation['why']
+    said = [r.getMessage() for r in caplog.records
+            if r.getMessage().startswith('Share mode')]
+    assert said == ['Share mode %s asked for GPU %s is not offered: %s'
+                    % (mode, GPU, observation['why'])]
+    with pytest.raises(base.PrepareError, match='vGPU Manager'):
+        drv.prepare(SHARE, _share(1024, 10))
+
+
+def test_share_handles_are_mps_not_a_vm_type(host):
+    """A share is for host processes and containers: its handles are of
+    type MPS (never MDEV, which Nova would make an mdev of).
+    """
+    drv = _driver(host)
+    drv.set_share_modes({GPU: {'mode': 'mps', 'slots': 3}})
+    [device] = drv.discover()
+    share = next(d for d in device.deployables if d.name == SHARE)
+    assert [(h.attach_type, h.attach_info['share_slot'])
+            for h in share.attach_handles] == [
+        ('MPS', '0'), ('MPS', '1'), ('MPS', '2')]
+    whole = next(d for d in device.deployables if d.name == GPU)
+    assert {h.attach_type for h in whole.attach_handles} == {'PCI', 'MIG'}
+    handles = [{'uuid': 'h-%d' % n, 'attach_type': h.attach_type,
+                'attach_info': json.dumps(h.attach_info)}
+               for n, h in enumerate(share.attach_handles)]
+    assert drv.pick_handles({'name': SHARE, 'num_accelerators': 3},
+                            _share(1024, 10)['request_group'],
+                            handles) == handles
 
 
 def test_mps_ceiling_follows_bound_shares(host):
@@ -139,5 +216,6 @@ def test_share_refusals(host):
     [device] = drv.discover()
     assert [d.name for d in device.deployables] == [GPU]
     assert device.observations['share']['ready'] is False
-    with pytest.raises(base.PrepareError, match='no vGPU types'):
+    with pytest.raises(base.PrepareError,
+                       match='time-slice shares are not offered'):
         drv.prepare(SHARE, _share(1024, 10))
