@@ -1,6 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The agent's periodic report pass and its RPC endpoint."""
+"""The agent's periodic report pass and its RPC endpoint.
 
+Prepares (RPC 1.2): prepare_batch() starts each of a batch's prepares on
+its own thread and answers once all ended or after the conductor's
+bounded wait, listing those still running as pending; the conductor then
+asks for each of them with prepare(arq_uuid=...), which joins the prepare
+already running instead of starting the driver's prepare a second time.
+The in-flight table keyed by (ARQ, handle) keeps a finished prepare's
+outcome for PREPARED_KEEP seconds, so a conductor asking again (its reply
+was lost, or a peer took the bind over) gets that outcome, until the
+handle is released.
+"""
+
+import collections
+from concurrent import futures
 import threading
 import time
 
@@ -21,10 +34,23 @@ from cyborg.placement import client as placement
 
 LOG = log.getLogger(__name__)
 WAKE_MIN_GAP = 1.0
+# Seconds a finished prepare of a known ARQ stays in the in-flight table
+# for a conductor asking again: longer than its RPC timeout plus its
+# back-off between two asks.
+PREPARED_KEEP = 300.0
+# The longest a batch waits for its prepares, whatever the caller asks.
+BATCH_WAIT_MAX = 30.0
 
 
 class InvalidDriver(Exception):
     pass
+
+
+def _message(exc):
+    """What a failed prepare reports to the conductor."""
+    if exc.args and isinstance(exc.args[0], str):
+        return exc.args[0]
+    return str(exc) or type(exc).__name__
 
 
 def load_drivers(names):
@@ -55,7 +81,7 @@ def annotate(devices, nodename):
 
 
 class AgentManager:
-    target = messaging.Target(version='1.1')
+    target = messaging.Target(version='1.2')
 
     def __init__(self, conductor_api, placement_client, drivers=None,
                  host=None, nodename=None):
@@ -90,6 +116,16 @@ class AgentManager:
         self.clock = time.monotonic
         self.last_devices = []
         self.last_in_use = {}
+        # (ARQ uuid or None, handle uuid): future of its prepare; finished
+        # ones of a known ARQ are kept (see PREPARED_KEEP), in the order
+        # they finished.
+        self._prepares_lock = threading.Lock()
+        self._prepares = {}
+        self._finished = collections.deque()
+        # Prepares of a batch, each on its own thread, as many at once as
+        # the RPC server has threads.
+        self._preparers = futures.ThreadPoolExecutor(
+            max_workers=64, thread_name_prefix='agent-prepare')
 
     # RPC endpoint ----------------------------------------------------------
 
@@ -97,13 +133,108 @@ class AgentManager:
         self._loop.wake()
 
     @messaging.expected_exceptions(base.PrepareError)
-    def prepare(self, context, deployable_name, driver_name, handle):
+    def prepare(self, context, deployable_name, driver_name, handle,
+                arq_uuid=None):
+        """The driver's prepare() of `handle`, or (1.2, with `arq_uuid`)
+        the outcome of the one already running or recently finished for
+        that ARQ and handle (prepare_batch answered it pending).
+        """
+        future, start = self._start(arq_uuid, handle)
+        if start:
+            # In this thread: nothing else waits on it.
+            self._run_prepare(future, arq_uuid, deployable_name,
+                              driver_name, handle)
+        return future.result()
+
+    def prepare_batch(self, context, items, wait):
+        """Prepare several handles at once (1.2): items are {arq_uuid,
+        deployable_name, driver_name, handle}. Each prepare runs on its
+        own thread; the answer comes once all ended or after `wait`
+        seconds, one entry per ARQ: {'info': attach info updates or
+        None}, {'error': the driver's error}, or {'pending': True} for a
+        prepare still running (ask prepare() with its arq_uuid for its
+        outcome). One ARQ's failure is its own.
+        """
+        running = {}
+        for item in items:
+            handle = item['handle']
+            future, start = self._start(item['arq_uuid'], handle)
+            if start:
+                self._preparers.submit(
+                    self._run_prepare, future, item['arq_uuid'],
+                    item['deployable_name'], item['driver_name'], handle,
+                    log_errors=True)
+            running[item['arq_uuid']] = future
+        futures.wait(list(running.values()),
+                     timeout=max(0.0, min(float(wait), BATCH_WAIT_MAX)))
+        results = {}
+        for arq_uuid, future in running.items():
+            if not future.done():
+                results[arq_uuid] = {'pending': True}
+            elif future.exception() is not None:
+                results[arq_uuid] = {'error': _message(future.exception())}
+            else:
+                results[arq_uuid] = {'info': future.result()}
+        return results
+
+    def _start(self, arq_uuid, handle):
+        """The future of the (ARQ, handle) prepare, and whether the caller
+        must run it (none was running or kept).
+        """
+        key = (arq_uuid, handle['uuid'])
+        with self._prepares_lock:
+            self._forget_finished()
+            future = self._prepares.get(key)
+            if future is not None:
+                return future, False
+            future = futures.Future()
+            future.set_running_or_notify_cancel()
+            self._prepares[key] = future
+            return future, True
+
+    def _run_prepare(self, future, arq_uuid, deployable_name, driver_name,
+                     handle, log_errors=False):
         try:
-            return self._driver(driver_name).prepare(deployable_name, handle)
+            try:
+                info = self._driver(driver_name).prepare(deployable_name,
+                                                         handle)
+            finally:
+                self._republish(driver_name)
+        except Exception as e:
+            # (An error prepare() raises is logged by oslo.messaging.)
+            if log_errors and not isinstance(e, base.PrepareError):
+                LOG.exception('Preparing handle %s of %s failed',
+                              handle['uuid'], deployable_name)
+            future.set_exception(e)
+        else:
+            future.set_result(info)
         finally:
-            self._republish(driver_name)
+            key = (arq_uuid, handle['uuid'])
+            with self._prepares_lock:
+                if arq_uuid is None:
+                    # Nobody can ask for it again by its ARQ.
+                    if self._prepares.get(key) is future:
+                        del self._prepares[key]
+                else:
+                    self._finished.append((time.monotonic(), key, future))
+
+    def _forget_finished(self):
+        """Drop kept outcomes older than PREPARED_KEEP (lock held)."""
+        cutoff = time.monotonic() - PREPARED_KEEP
+        while self._finished and self._finished[0][0] < cutoff:
+            _, key, future = self._finished.popleft()
+            if self._prepares.get(key) is future:
+                del self._prepares[key]
+
+    def _forget_prepares(self, handle_uuids):
+        """Released handles: a later bind prepares them afresh."""
+        with self._prepares_lock:
+            for key in [k for k in self._prepares if k[1] in handle_uuids]:
+                if self._prepares[key].done():
+                    del self._prepares[key]
 
     def release(self, context, handles):
+        self._forget_prepares({h['uuid'] for h in handles})
         for handle in handles:
             try:
                 self._driver(handle['driver_name']).release(
@@ -366,6 +497,7 @@ class AgentManager:
 
     def stop(self, timeout=10):
         self._loop.stop(timeout)
+        self._preparers.shutdown(wait=False)
         for drv in self.drivers:
             drv.stop()
 

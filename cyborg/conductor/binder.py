@@ -6,9 +6,24 @@ BindFailed (with the reason). Outcomes are marked `event_pending` in the
 same transaction, and a notifier thread delivers every pending event to
 Nova, so an event survives Nova being down and the conductor restarting.
 Binds that arrive together share their transactions and Nova POST
-(cyborg.common.combining): one claims all their handles, then each is
-prepared on its own, and the outcomes that end meanwhile are recorded and
-sent together.
+(cyborg.common.combining): one claims all their handles, then the handles
+of each agent are prepared in one prepare_batch RPC (agent RPC 1.2), and
+the outcomes that end meanwhile are recorded and sent together.
+
+A slow or hung prepare holds back only its own ARQ (plus at most
+[conductor] prepare_batch_wait for its batch): the agent runs each
+prepare of a batch on its own thread and answers once all ended or after
+that bounded wait, listing the ARQs still running as pending. Each
+pending ARQ is then followed on its own: a per-ARQ prepare RPC carrying
+the ARQ's uuid, which the agent joins to the prepare already running (its
+in-flight table is keyed by ARQ and handle), so the driver's prepare runs
+once per handle, and the batch's other outcomes are recorded meanwhile.
+An ARQ alone for its agent goes by plain prepare (one round trip either
+way). Agents capped below 1.2 ([upgrade_levels] agent) answer every ARQ
+pending without a message being sent, which is the per-ARQ prepare of
+before. A batch the agent does not answer (a messaging timeout, the
+broker unreachable) falls back to per-ARQ prepares, each asked again as
+below.
 
 Failover: the conductor that claims an ARQ holds it (cyborg.db.conductors)
 and heartbeats in the database; when it dies, a live conductor takes its
@@ -85,7 +100,7 @@ class Binder:
     def __init__(self, agent_api, notifier=None, sweep_interval=10.0,
                  stale_after=30.0, name=None, heartbeat_interval=2.0,
                  heartbeat_timeout=6.0, bind_timeout=300.0,
-                 retry_max_delay=10.0):
+                 retry_max_delay=10.0, prepare_batch_wait=0.5):
         self.agent_api = agent_api
         self.notifier = notifier or nova.NovaNotifier()
         self.stale_after = stale_after
@@ -94,6 +109,7 @@ class Binder:
         self.heartbeat_timeout = heartbeat_timeout
         self.bind_timeout = bind_timeout
         self.retry_max_delay = retry_max_delay
+        self.prepare_batch_wait = prepare_batch_wait
         self.db = outage.DATABASE
         self._next_recover = 0.0
         self._stopping = threading.Event()
@@ -108,7 +124,8 @@ class Binder:
         self._preparers = futures.ThreadPoolExecutor(
             max_workers=64, thread_name_prefix='bind-prepare')
         self._lock = threading.Lock()
-        # ARQ uuid: future of its prepare (None while it is being claimed)
+        # ARQ uuid: future of its prepare (None while it is being claimed;
+        # its batch's, then its own once the agent answered it pending)
         self._preparing = {}
         # ARQ uuid: context, of binds the database was down for; the next
         # heartbeat tries again.
@@ -126,10 +143,14 @@ class Binder:
         """
         arq_uuids = list(arq_uuids)
         self._claims.run(((context, uuid) for uuid in arq_uuids), wait=wait)
-        if wait:
+        while wait:
+            # A batch hands the ARQs the agent answered pending to futures
+            # of their own before it ends.
             with self._lock:
-                preparing = [self._preparing[u] for u in arq_uuids
-                             if self._preparing.get(u) is not None]
+                preparing = [f for f in map(self._preparing.get, arq_uuids)
+                             if f is not None and not f.done()]
+            if not preparing:
+                return
             futures.wait(preparing)
 
     def _claim_batch(self, items):
@@ -171,6 +192,7 @@ class Binder:
                 self._deferred.update(contexts)
             return
         refused = []
+        by_host = {}
         for uuid, claim in claims.items():
             if isinstance(claim, bindings.Gone):
                 LOG.info('ARQ %s is no longer being bound, or another '
@@ -179,14 +201,72 @@ class Binder:
                 refused.append(_Outcome(uuid, contexts[uuid], None,
                                         str(claim)))
             else:
-                with self._lock:
-                    future = self._preparers.submit(
-                        self._prepare, contexts[uuid], uuid, claim)
-                    self._preparing[uuid] = future
-                future.add_done_callback(
-                    lambda done, uuid=uuid: self._prepared(uuid, done))
+                by_host.setdefault(claim['device']['hostname'], []).append(
+                    (contexts[uuid], uuid, claim))
+        for host, jobs in by_host.items():
+            if len(jobs) == 1:
+                self._submit(self._prepare, jobs, *jobs[0])
+            else:
+                self._submit(self._prepare_batch, jobs, host, jobs)
         if refused:
             self._outcomes.run(refused)
+
+    def _submit(self, work, jobs, *args, **kwargs):
+        """Run work(*args) for the ARQs of `jobs` on a thread of its own;
+        the future stands for their prepares.
+        """
+        with self._lock:
+            future = self._preparers.submit(work, *args, **kwargs)
+            for _, uuid, _ in jobs:
+                self._preparing[uuid] = future
+        for _, uuid, _ in jobs:
+            future.add_done_callback(
+                lambda done, uuid=uuid: self._prepared(uuid, done))
+
+    def _prepare_batch(self, host, jobs):
+        """The prepares of one agent's ARQs in one RPC: the outcomes it
+        answered are recorded together, each ARQ it answered pending (or
+        all, when it did not answer) is followed on its own.
+        """
+        context = jobs[0][0]
+        items = [{'arq_uuid': uuid,
+                  'deployable_name': claim['deployable']['name'],
+                  'driver_name': claim['deployable']['driver_name'],
+                  'handle': claim['handle']} for _, uuid, claim in jobs]
+        error = None
+        try:
+            results = self.agent_api.prepare_batch(
+                context, host, items, self.prepare_batch_wait)
+        except Exception as e:
+            # Unreachable: each is asked again on its own, with the
+            # back-off and deadline of _prepare. An error (an agent that
+            # lacks prepare_batch despite the cap): each is prepared on
+            # its own.
+            error = e if unreachable(e) else None
+            if error is None:
+                LOG.warning('Batch prepare on %s failed (%s: %s); '
+                            'preparing each of its %d ARQ(s) on its own',
+                            host, type(e).__name__, _reason(e), len(jobs))
+            results = {}
+        outcomes, pending = [], []
+        for job in jobs:
+            context, uuid, claim = job
+            result = results.get(uuid) or {'pending': True}
+            if 'error' in result:
+                LOG.warning('Preparing device for ARQ %s failed: %s',
+                            uuid, result['error'])
+                outcomes.append(_Outcome(
+                    uuid, context, claim,
+                    'Preparing the device failed: %s' % result['error']))
+            elif 'pending' in result:
+                pending.append(job)
+            else:
+                outcomes.append(_Outcome(uuid, context, claim, None,
+                                         result.get('info')))
+        for job in pending:
+            self._submit(self._prepare, [job], *job, unanswered=error)
+        if outcomes:
+            self._outcomes.run(outcomes)
 
     def _seconds_left(self, claim):
         """Until the bind's deadline: Nova stops waiting for its event
@@ -196,18 +276,24 @@ class Binder:
         return self.bind_timeout - (models.utcnow()
                                     - started).total_seconds()
 
-    def _prepare(self, context, uuid, claim):
+    def _prepare(self, context, uuid, claim, unanswered=None):
         """The driver's prepare() on the device's agent, asked again while
         the agent does not answer (until the bind's deadline), then the
         outcome recorded (in a batch with others that ended meanwhile).
+        unanswered: the messaging error of a batch prepare that included
+        this ARQ, counting as the first ask.
         """
         host = claim['device']['hostname']
         delay = min(1.0, self.retry_max_delay)
         while True:
             try:
+                if unanswered is not None:
+                    e, unanswered = unanswered, None
+                    raise e
                 info = self.agent_api.prepare(
                     context, host, claim['deployable']['name'],
-                    claim['deployable']['driver_name'], claim['handle'])
+                    claim['deployable']['driver_name'], claim['handle'],
+                    arq_uuid=uuid)
                 outcome = _Outcome(uuid, context, claim, None, info)
                 break
             except Exception as e:

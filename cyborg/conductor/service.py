@@ -22,7 +22,8 @@ class ConductorService:
             name=conductor_binder.conductor_name(CONF.host),
             heartbeat_interval=CONF.conductor.heartbeat_interval,
             heartbeat_timeout=CONF.conductor.heartbeat_timeout,
-            bind_timeout=CONF.conductor.bind_timeout)
+            bind_timeout=CONF.conductor.bind_timeout,
+            prepare_batch_wait=CONF.conductor.prepare_batch_wait)
         self.server = rpc.get_server(rpc.CONDUCTOR_TOPIC,
                                      [manager.ConductorManager(self.binder)])
 

@@ -108,6 +108,15 @@ conductor_opts = [
                       'reason in the ARQ\'s state_reason); until then the '
                       'conductor asks the agent again with a back-off. '
                       'Set it to Nova\'s [DEFAULT] arq_binding_timeout.'),
+    cfg.FloatOpt('prepare_batch_wait', default=0.5, min=0.0, max=30.0,
+                 help='Seconds an agent waits for the prepares of one '
+                      'batch (the ARQs of one host claimed together, sent '
+                      'in one prepare_batch RPC) before it answers with '
+                      'those that ended; the conductor then asks for each '
+                      'one still running on its own, so a slow prepare '
+                      'holds back the others of its batch for this long '
+                      'at most. Keep it well below [DEFAULT] '
+                      'rpc_response_timeout.'),
 ]
 
 upgrade_levels_opts = [
@@ -117,6 +126,13 @@ upgrade_levels_opts = [
                     'conductors (e.g. 1.2 while conductors still run a '
                     'release that speaks 1.2). Unset: the newest. Clear '
                     'it once every conductor is upgraded.'),
+    cfg.StrOpt('agent',
+               help='Highest agent RPC API version to send, while '
+                    'conductors or API servers run newer code than the '
+                    'agents (e.g. 1.1 while agents still run a release '
+                    'without prepare_batch: each ARQ is then prepared '
+                    'with its own RPC). Unset: the newest. Clear it once '
+                    'every agent is upgraded.'),
 ]
 
 CONF_GROUPS = {
