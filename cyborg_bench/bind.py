@@ -38,7 +38,7 @@ Two warm-up rounds at concurrency 10 come first (not measured). ``--py-spy
 FILE`` records the aio process during the measured rounds (``pip install
 py-spy`` into the venv first). ``--deployment distributed`` runs the same
 rounds against Placement, cyborg-api, cyborg-conductor and cyborg-agent as
-separate processes over RabbitMQ. See docs/benchmarks/bind-latency.md for
+separate processes over RabbitMQ. See docs/bind-latency.md for
 results.
 
 Examples::
