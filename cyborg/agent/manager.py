@@ -35,9 +35,10 @@ from cyborg.placement import client as placement
 LOG = log.getLogger(__name__)
 WAKE_MIN_GAP = 1.0
 # Seconds a finished prepare of a known ARQ stays in the in-flight table
-# for a conductor asking again: longer than its RPC timeout plus its
-# back-off between two asks.
-PREPARED_KEEP = 300.0
+# for a conductor asking again (its reply was lost, or a peer took the
+# bind over): longer than the RPC timeout (60 s) plus the conductor's
+# back-off between two asks (10 s) and its heartbeat timeout (6 s).
+PREPARED_KEEP = 120.0
 # The longest a batch waits for its prepares, whatever the caller asks.
 BATCH_WAIT_MAX = 30.0
 

@@ -233,21 +233,24 @@ class Binder:
                   'deployable_name': claim['deployable']['name'],
                   'driver_name': claim['deployable']['driver_name'],
                   'handle': claim['handle']} for _, uuid, claim in jobs]
-        error = None
+        error, join = None, True
         try:
             results = self.agent_api.prepare_batch(
                 context, host, items, self.prepare_batch_wait)
         except Exception as e:
-            # Unreachable: each is asked again on its own, with the
-            # back-off and deadline of _prepare. An error (an agent that
-            # lacks prepare_batch despite the cap): each is prepared on
-            # its own.
-            error = e if unreachable(e) else None
-            if error is None:
+            results = {}
+            if unreachable(e):
+                # Each is asked again on its own, with the back-off and
+                # deadline of _prepare, joining the batch's prepare if it
+                # reached the agent after all.
+                error = e
+            else:
+                # An agent older than 1.2 without the [upgrade_levels]
+                # cap, say: each is prepared on its own, the 1.1 way.
                 LOG.warning('Batch prepare on %s failed (%s: %s); '
                             'preparing each of its %d ARQ(s) on its own',
                             host, type(e).__name__, _reason(e), len(jobs))
-            results = {}
+                join = False
         outcomes, pending = [], []
         for job in jobs:
             context, uuid, claim = job
@@ -264,7 +267,8 @@ class Binder:
                 outcomes.append(_Outcome(uuid, context, claim, None,
                                          result.get('info')))
         for job in pending:
-            self._submit(self._prepare, [job], *job, unanswered=error)
+            self._submit(self._prepare, [job], *job, unanswered=error,
+                         join=join)
         if outcomes:
             self._outcomes.run(outcomes)
 
@@ -276,12 +280,14 @@ class Binder:
         return self.bind_timeout - (models.utcnow()
                                     - started).total_seconds()
 
-    def _prepare(self, context, uuid, claim, unanswered=None):
+    def _prepare(self, context, uuid, claim, unanswered=None, join=True):
         """The driver's prepare() on the device's agent, asked again while
         the agent does not answer (until the bind's deadline), then the
         outcome recorded (in a batch with others that ended meanwhile).
         unanswered: the messaging error of a batch prepare that included
-        this ARQ, counting as the first ask.
+        this ARQ, counting as the first ask. join: send the ARQ's uuid,
+        for the agent to join its prepare of the ARQ already under way
+        (agents of 1.2 and later); not after a batch the agent refused.
         """
         host = claim['device']['hostname']
         delay = min(1.0, self.retry_max_delay)
@@ -293,7 +299,7 @@ class Binder:
                 info = self.agent_api.prepare(
                     context, host, claim['deployable']['name'],
                     claim['deployable']['driver_name'], claim['handle'],
-                    arq_uuid=uuid)
+                    arq_uuid=uuid if join else None)
                 outcome = _Outcome(uuid, context, claim, None, info)
                 break
             except Exception as e:

@@ -52,15 +52,21 @@ class CountingAgent:
     `silent` batches get no answer (a messaging timeout).
     """
 
-    def __init__(self, silent=0):
+    def __init__(self, silent=0, refuse=False):
         self.real = agent_rpcapi.AgentAPI()
         self.batches, self.prepares = [], []
         self.silent = silent
+        self.refuse = refuse
 
     def prepare_batch(self, context, host, items, wait):
         self.batches.append(sorted(i['arq_uuid'] for i in items))
         if len(self.batches) <= self.silent:
             raise messaging.MessagingTimeout('no reply to the batch')
+        if self.refuse:
+            # What an agent older than 1.2 answers, with no cap set.
+            raise messaging.RemoteError(
+                'UnsupportedVersion', 'Endpoint does not support RPC '
+                'version 1.2. Attempted method: prepare_batch')
         return self.real.prepare_batch(context, host, items, wait)
 
     def prepare(self, *args, **kwargs):
@@ -210,4 +216,21 @@ def test_capped_below_1_2_each_arq_is_prepared_alone(stack, monkeypatch):
         binder.stop()
     assert sent == []
     assert sorted(agent.prepares) == sorted(u for u, _ in arqs.values())
+    assert [_state(stack, i) for _, i in arqs.values()] == ['Bound'] * 2
+
+
+def test_a_batch_the_agent_refuses_is_prepared_per_arq(stack):
+    """An agent older than 1.2 and no [upgrade_levels] cap: the batch is
+    refused, each ARQ is prepared alone, the 1.1 way (no arq_uuid).
+    """
+    arqs = _bind_started(stack, GPUS)
+    agent = CountingAgent(refuse=True)
+    binder = _binder(agent)
+    try:
+        binder.bind(cyborg_context.get_admin_context(),
+                    [u for u, _ in arqs.values()])
+    finally:
+        binder.stop()
+    assert len(agent.batches) == 1
+    assert agent.prepares == [None, None]
     assert [_state(stack, i) for _, i in arqs.values()] == ['Bound'] * 2
