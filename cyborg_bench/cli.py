@@ -15,6 +15,7 @@ from cyborg_bench import bind
 from cyborg_bench import load
 from cyborg_bench import nvidia
 from cyborg_bench import per_db
+from cyborg_bench import prepare_rpc
 from cyborg_bench import profile
 from cyborg_bench import side_by_side
 from cyborg_bench import soak
@@ -26,6 +27,7 @@ BENCHMARKS = {
     'agent-scale': (agent_scale, 'N agents × D devices, one conductor'),
     'nvidia': (nvidia, 'the NVIDIA driver on the fake NVML'),
     'per-db': (per_db, 'side-by-side workloads, gunicorn, each DB'),
+    'prepare-rpc': (prepare_rpc, 'N agent prepare calls vs one batch'),
     'profile': (profile, 'server time per request, in process'),
     'side-by-side': (side_by_side, 'ours, the reference, a no-op app'),
     'soak': (soak, 'boot/delete for minutes, leak checks'),
