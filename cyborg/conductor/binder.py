@@ -266,11 +266,16 @@ class Binder:
             else:
                 outcomes.append(_Outcome(uuid, context, claim, None,
                                          result.get('info')))
-        for job in pending:
-            self._submit(self._prepare, [job], *job, unanswered=error,
-                         join=join)
         if outcomes:
             self._outcomes.run(outcomes)
+        for job in pending:
+            try:
+                self._submit(self._prepare, [job], *job, unanswered=error,
+                             join=join)
+            except RuntimeError:
+                # Stopping (no new work): the ARQ stays BindStarted, and
+                # a peer (or this conductor's next run) takes it over.
+                return
 
     def _seconds_left(self, claim):
         """Until the bind's deadline: Nova stops waiting for its event
