@@ -233,6 +233,7 @@ class Binder:
                   'deployable_name': claim['deployable']['name'],
                   'driver_name': claim['deployable']['driver_name'],
                   'handle': claim['handle']} for _, uuid, claim in jobs]
+        LOG.debug('Preparing %d ARQ(s) on %s in one call', len(jobs), host)
         error, join = None, True
         try:
             results = self.agent_api.prepare_batch(
