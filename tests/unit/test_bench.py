@@ -137,6 +137,7 @@ def test_endpoint_accepts_the_v2_url_or_the_root():
     ['soak', '--minutes', '0.1'],
     ['profile', '--db', 'postgresql', '--calls'],
     ['per-db', '--db', 'mysql'],
+    ['prepare-rpc', '--transport', 'inproc', '--batch', '2'],
 ])
 def test_every_subcommand_parses_its_arguments(argv):
     args = cli.parser().parse_args(argv)
@@ -318,3 +319,19 @@ def test_soak_reports_growth_past_its_thresholds():
                                      threads=45))
     assert broken == ['rss 126.1 > 126.0 MiB', 'sockets 17 > 16',
                       'threads 45 > 44']
+
+
+def test_prepare_rpc_bench_runs_both_ways_in_process(tmp_path):
+    """The in-process prepare RPC bench prepares real fake-driver handles
+    both ways and reports each way's figures (not their values).
+    """
+    out = tmp_path / 'prepare-rpc.json'
+    args = cli.parser().parse_args(
+        ['prepare-rpc', '--transport', 'inproc', '--batch', '2',
+         '--rounds', '2', '--json', str(out)])
+    args.run(args)
+    doc = json.loads(out.read_text())
+    assert doc['transport'] == 'inproc' and doc['rounds'] == 2
+    for way in ('per-ARQ prepare', 'prepare_batch'):
+        assert doc[way]['caller_cpu_ms_per_arq'] > 0
+        assert doc[way]['wall_p50_ms'] > 0
