@@ -2,6 +2,7 @@
 """`/` and `/v2`: version documents (no auth), and routing to resources."""
 
 import pecan
+import pecan.routing
 
 from cyborg.api.controllers import arqs
 from cyborg.api.controllers import attributes
@@ -58,3 +59,63 @@ class RootController:
     def _lookup(self, *remainder):
         # /device_profiles is /v2/device_profiles, as in Cyborg.
         return self.v2, remainder
+
+
+# The collections of /v2: each has an index and a _lookup(ident, *rest)
+# to its item, and no custom path segments (pecan.expose(route=...)).
+COLLECTIONS = frozenset(('device_profiles', 'accelerator_requests',
+                         'devices', 'deployables', 'attributes'))
+
+
+class Root(RootController):
+    """The root pecan routes from: RootController's tree, with the paths of
+    every CRUD request (a collection or one of its items) resolved
+    directly, through pecan's `_route` hook.
+
+    Pecan walks object attributes, and finds an item by failing to find
+    it as an attribute (an HTTPNotFound raised and caught), calling the
+    collection's `_lookup`, then failing to find a trailing slash (a
+    NonCanonicalPath raised and caught). For the same path this ends at
+    the same controller, through the same `_lookup`; any other path (a
+    version document, an action such as /devices/<uuid>/enable, a segment
+    that names an attribute) is walked by pecan through RootController,
+    as before.
+    """
+
+    # RootController's _lookup runs inside the tree walk below.
+    _lookup = None
+
+    def __init__(self):
+        self._tree = RootController()
+
+    @pecan.expose()
+    def _route(self, args, request):
+        found = _direct(self.v2, args)
+        if found is not None:
+            return found
+        return pecan.routing.lookup_controller(self._tree, args, request)
+
+
+def _direct(v2, args):
+    """(controller, remainder) pecan would route `args` to, for
+    [v2/]<collection>[/] and [v2/]<collection>/<ident>[/]; None for any
+    other path.
+    """
+    rest = args[1:] if args[0] == 'v2' else args
+    count = len(rest)
+    if not count or count > 3 or rest[0] not in COLLECTIONS:
+        return None
+    collection = getattr(v2, rest[0])
+    if count == 1 or (count == 2 and rest[1] == ''):
+        return collection.index, []
+    ident = rest[1]
+    if ident == '' or (count == 3 and rest[2] != ''):
+        return None
+    try:
+        if getattr(collection, ident, None) is not None:
+            # A segment pecan would walk into (a method's name).
+            return None
+    except UnicodeEncodeError:
+        pass
+    item, _ = collection._lookup(ident)
+    return item.index, []
