@@ -9,6 +9,7 @@ from oslo_policy import policy
 
 from cyborg.common import exception
 from cyborg.conf import CONF
+from cyborg import context as request_context
 from cyborg import policies
 
 _ENFORCER = None
@@ -34,6 +35,18 @@ def _frozen(mapping):
     return tuple(sorted(
         (k, tuple(v) if isinstance(v, list) else v)
         for k, v in mapping.items()))
+
+
+def _credentials(context):
+    """The credentials oslo.policy decides on, as a key."""
+    if type(context) is request_context.RequestContext:
+        return context.policy_key()
+    return _frozen(context.to_policy_values())
+
+
+# The key of the default target, the caller's own project and user: both
+# are part of the credentials' key.
+_OWN = ('own',)
 
 
 class Enforcer(policy.Enforcer):
@@ -78,6 +91,9 @@ class Enforcer(policy.Enforcer):
         """Whether `context` may do the registered `action` on target
         (oslo.policy's authorize, answered False instead of raising).
         """
+        return self._allowed(action, target, context, None)
+
+    def _allowed(self, action, target, context, target_key):
         if action not in self.registered_rules:
             raise policy.PolicyNotRegistered(action)
         self.load_rules()
@@ -86,8 +102,8 @@ class Enforcer(policy.Enforcer):
         if not self._memo_ok:
             return self._decide(action, target, context)
         try:
-            key = (action, _frozen(target),
-                   _frozen(context.to_policy_values()))
+            key = (action, target_key or _frozen(target),
+                   _credentials(context))
             decision = self._decisions.get(key)
         except TypeError:
             # A value that cannot be a key (a dict): decide every time.
@@ -135,8 +151,10 @@ def authorize(context, action, target=None):
 
     The default target is the caller's own project (for creates and lists).
     """
+    target_key = None
     if target is None:
         target = {'project_id': context.project_id,
                   'user_id': context.user_id}
-    if not get_enforcer().allowed(action, target, context):
+        target_key = _OWN
+    if not get_enforcer()._allowed(action, target, context, target_key):
         raise exception.PolicyNotAuthorized(action=action)
