@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """/v2/attributes: key/value facts about deployables (rc, traits, ...)."""
 
-from oslo_utils import uuidutils
 import pecan
 
 from cyborg.api.controllers import base
@@ -22,7 +21,7 @@ def _deployable(value):
         return int(value)          # JSON Schema's integers include 113.0
     if value.isascii() and value.isdigit():
         return int(value)
-    if uuidutils.is_uuid_like(value):
+    if base.is_uuid_like(value):
         return value
     return None
 

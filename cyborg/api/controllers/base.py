@@ -15,6 +15,7 @@ import pecan.core
 from cyborg.api import errors
 from cyborg.api import hooks
 from cyborg.api import microversion
+from cyborg.api import quickcheck
 from cyborg.common import exception
 from cyborg.conf import CONF
 from cyborg import policy
@@ -42,15 +43,23 @@ def handler(status=200):
             if result is None:
                 response.body = b''
                 del response.content_type
-            elif isinstance(result, Encoded):
-                response.content_type = 'application/json'
-                response.body = result.encode()
-            else:
-                response.content_type = 'application/json'
-                response.body = json.dumps(result).encode()
+                return response
+            data = result.encode() if isinstance(result, Encoded) else \
+                json.dumps(result).encode()
+            # What setting content_type and body would give, set at once.
+            response.app_iter = [data]
+            response.headerlist = [
+                h for h in response.headerlist
+                if h[0].lower() not in _BODY_HEADERS] + [
+                ('Content-Type', 'application/json'),
+                ('Content-Length', str(len(data)))]
             return response
         return wrapper
     return decorate
+
+
+# The headers a JSON answer sets (webob's names for them, lowercased).
+_BODY_HEADERS = ('content-type', 'content-length')
 
 
 class Encoded(str):
@@ -78,6 +87,19 @@ class EncodedCache:
                 self._items.clear()
             text = self._items[key] = json.dumps(serialize())
         return text
+
+    def many(self, rows, extra, serialize):
+        """The text of each row, keyed by (row, extra); serialize(row)
+        for those not kept.
+        """
+        items = self._items
+        out = []
+        for row in rows:
+            text = items.get((row, extra))
+            if text is None:
+                text = self.get((row, extra), lambda: serialize(row))
+            out.append(text)
+        return out
 
 
 def not_allowed(allowed):
@@ -147,8 +169,19 @@ def pagination(params):
     return {'limit': limit, 'marker': marker}
 
 
+# The usual form of a uuid, which oslo.utils' is_uuid_like accepts too.
+_UUID = re.compile('[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-'
+                   '[0-9a-fA-F]{4}-[0-9a-fA-F]{12}')
+
+
+def is_uuid_like(value):
+    """oslo.utils' is_uuid_like, answered at once for the usual form."""
+    return (type(value) is str and _UUID.fullmatch(value) is not None) \
+        or uuidutils.is_uuid_like(value)
+
+
 def require_uuid(value, what='uuid'):
-    if not uuidutils.is_uuid_like(value):
+    if not is_uuid_like(value):
         raise exception.Invalid('Expected a uuid for %s but received %s'
                                 % (what, exception.excerpt(value)))
     return value
@@ -156,14 +189,16 @@ def require_uuid(value, what='uuid'):
 
 def body(schema=None):
     """The parsed JSON body, validated against `schema` when given."""
+    raw = _raw_body() or b'null'
     try:
-        data = json.loads(_raw_body() or b'null')
+        data = json.loads(raw)
     except ValueError:
         raise exception.Invalid('Malformed JSON in request body.')
     except RecursionError:
         raise exception.Invalid('Malformed JSON in request body: nested '
                                 'too deeply.')
-    _require_storable_strings(data)
+    if _MAYBE_UNSTORABLE.search(raw):
+        _require_storable_strings(data)
     if schema is not None:
         validate(data, schema)
     return data
@@ -189,6 +224,10 @@ def _raw_body():
 # (which cannot be encoded to UTF-8 for any database) only reach a string
 # through JSON \u escapes.
 _UNSTORABLE = re.compile('[\x00\ud800-\udfff]')
+# Only a body with one of these bytes can decode to such a string: a \u
+# escape, UTF-8's first byte of an encoded surrogate (json reads UTF-8
+# with surrogatepass), or the NUL bytes every UTF-16 or UTF-32 body has.
+_MAYBE_UNSTORABLE = re.compile(rb'\\u|[\x00\xed]')
 
 
 def _require_storable_strings(data):
@@ -210,6 +249,7 @@ def _require_storable_strings(data):
 
 
 _VALIDATORS = {}
+_QUICK = {}
 _FORMATS = jsonschema.FormatChecker()
 
 
@@ -225,6 +265,14 @@ def _validator(schema):
 
 
 def validate(data, schema):
+    # A body the quick check shows valid is one jsonschema accepts; any
+    # other goes to jsonschema, for its verdict and its message.
+    quick = _QUICK.get(id(schema))
+    if quick is None or quick[0] is not schema:
+        _validator(schema)
+        quick = _QUICK[id(schema)] = (schema, quickcheck.compile(schema))
+    if quick[1](data):
+        return
     # The most relevant error, as jsonschema.validate() would raise.
     e = jsonschema.exceptions.best_match(_validator(schema).iter_errors(data))
     if e is not None:
@@ -275,7 +323,7 @@ def base_url():
         return public.rstrip('/')
     request = pecan.core.state.request
     environ = request.environ
-    key = tuple(environ.get(k) for k in _URL_KEYS)
+    key = tuple(map(environ.get, _URL_KEYS))
     url = _APPLICATION_URLS.get(key)
     if url is None:
         if len(_APPLICATION_URLS) > 1000:

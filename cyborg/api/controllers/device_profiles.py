@@ -36,13 +36,6 @@ def serialize(dp, url=None):
 _LISTED = base.EncodedCache()
 
 
-def _listed(dp, url):
-    return _LISTED.get(
-        (dp['uuid'], dp['name'], dp['description'], dp['profile_json'],
-         dp['created_at'], dp['updated_at'], url),
-        lambda: serialize(dict(dp, groups=db.groups_of(dp)), url))
-
-
 def _normalize_group(group):
     """Validate one request group; return it with canonical keys/values."""
     out = {}
@@ -116,7 +109,7 @@ class DeviceProfileController:
         # By name at any microversion (Cyborg: from 2.2 on), so that
         # clients that send no version can show a profile by name. Anything
         # shaped like a uuid is looked up as one, at every version.
-        if uuidutils.is_uuid_like(self.ident):
+        if base.is_uuid_like(self.ident):
             dp = db.get_by_uuid(self.ident)
         else:
             dp = db.get_by_name(self.ident)
@@ -131,7 +124,7 @@ class DeviceProfileController:
 
 
 def _delete(value):
-    if uuidutils.is_uuid_like(value):
+    if base.is_uuid_like(value):
         db.delete_by_uuid(value)
     else:
         names = [n for n in value.split(',') if n]
@@ -154,10 +147,15 @@ class DeviceProfilesController:
         names = params.get('name')
         names = [n for n in names.split(',') if n] if names is not None \
             else None
-        dps = db.list_(names=names, groups=False, **base.pagination(params))
+        rows, decode = db.list_stored(names=names,
+                                      **base.pagination(params))
         url = base.base_url()
+
+        def encode(row):
+            dp = decode(row)
+            return serialize(dict(dp, groups=db.groups_of(dp)), url)
         return base.collection('device_profiles',
-                               [_listed(dp, url) for dp in dps])
+                               _LISTED.many(rows, url, encode))
 
     @index.when(method='POST')
     @base.handler(201)

@@ -24,6 +24,24 @@ def _version(id_, href):
             'links': [{'href': href, 'rel': 'self'}]}
 
 
+def _root(url):
+    v2 = _version('v2', url + '/v2')
+    return {'name': 'OpenStack Cyborg API', 'description': DESCRIPTION,
+            'versions': [v2], 'default_version': v2}
+
+
+_DOCUMENTS = {'root': _root,
+              'v2': lambda url: _version('v2.0', url + '/v2/')}
+# The JSON of each version document, per base URL (base.base_url keeps
+# at most a thousand of these).
+_ENCODED = base.EncodedCache(2048)
+
+
+def _document(name, url):
+    return base.Encoded(_ENCODED.get((name, url),
+                                     lambda: _DOCUMENTS[name](url)))
+
+
 class V2Controller:
     device_profiles = device_profiles.DeviceProfilesController()
     accelerator_requests = arqs.ARQsController()
@@ -38,7 +56,7 @@ class V2Controller:
     @index.when(method='GET')
     @base.handler()
     def get(self):
-        return _version('v2.0', base.base_url() + '/v2/')
+        return _document('v2', base.base_url())
 
 
 class RootController:
@@ -51,9 +69,7 @@ class RootController:
     @index.when(method='GET')
     @base.handler()
     def get(self):
-        v2 = _version('v2', base.base_url() + '/v2')
-        return {'name': 'OpenStack Cyborg API', 'description': DESCRIPTION,
-                'versions': [v2], 'default_version': v2}
+        return _document('root', base.base_url())
 
     @pecan.expose()
     def _lookup(self, *remainder):
