@@ -449,7 +449,21 @@ class Session:
             self._sa = sa.engine.Connection(self.engine, self._raw)
         return self._sa.execute(statement, params)
 
-    def _run(self, prepared, params):
+    def execute_stored(self, statement, params=None):
+        """(rows, process): the rows of a query as tuples of the values
+        the driver gives (hashable, and the same for the same stored
+        values), and process(row) the row execute() gives for one.
+        """
+        if self._sa is None and isinstance(statement, Prepared):
+            result = self._run(statement, params, stored=True)
+            if isinstance(result, Result):
+                return result._rows, result.process
+            rows = result.all()
+        else:
+            rows = self.execute(statement, params).all()
+        return [tuple(r) for r in rows], tuple
+
+    def _run(self, prepared, params, stored=False):
         many = isinstance(params, list)
         first = (params[0] if many else params) or {}
         keys = tuple(sorted(first)) if prepared.statement.is_insert \
@@ -475,9 +489,14 @@ class Session:
         finally:
             if cursor is not None:
                 cursor.close()
+        names = [entry[0] for entry in compiled._result_columns]
+        if stored:
+            result = Result(names, rows, rowcount)
+            result.process = (lambda row: _processed(row, results)) \
+                if results else tuple
+            return result
         if results and rows:
             rows = [_processed(row, results) for row in rows]
-        names = [entry[0] for entry in compiled._result_columns]
         return Result(names, rows, rowcount)
 
     @staticmethod

@@ -78,12 +78,8 @@ def _list_statement(by_names, after_marker, limited):
     return api.page(query, DP, after_marker, limited)
 
 
-def list_(names=None, limit=None, marker=None, groups=True):
-    """Profiles in id order. groups=False: their stored JSON text
-    (`profile_json`) instead of the decoded `groups` (the API keeps each
-    listed profile's answer per stored columns, and decodes only those
-    it has not seen; groups_of() decodes one).
-    """
+def list_(names=None, limit=None, marker=None):
+    """Profiles in id order (the API lists them with list_stored())."""
     with api.reader() as session:
         params = api.bounds(session, DP, limit, marker)
         if names is not None:
@@ -91,16 +87,33 @@ def list_(names=None, limit=None, marker=None, groups=True):
         query = _list_statement(names is not None, marker is not None,
                                 limit is not None)
         rows = session.execute(query, params).all()
-    if not groups:
-        return [_decode(r, _NOT_DECODED) for r in rows]
+    if not rows:
+        return []
     # Every row's profile_json as one JSON document: one decoder call
     # instead of one per profile.
     profiles = json.loads('[%s]' % ','.join(r[4] for r in rows))
     return [_decode(r, p) for r, p in zip(rows, profiles)]
 
 
+def list_stored(names=None, limit=None, marker=None):
+    """list_() as stored: (rows, decode), each row a tuple of the driver's
+    values of the profile's columns (a key for anything made of them:
+    the API keeps each listed profile's answer per row) and decode(row)
+    the profile with its stored JSON text (`profile_json`) instead of
+    the decoded `groups` (groups_of() decodes them).
+    """
+    with api.reader() as session:
+        params = api.bounds(session, DP, limit, marker)
+        if names is not None:
+            params['names'] = list(names)
+        query = _list_statement(names is not None, marker is not None,
+                                limit is not None)
+        rows, process = session.execute_stored(query, params)
+    return rows, lambda row: _decode(process(row), _NOT_DECODED)
+
+
 def groups_of(dp):
-    """The groups of a profile from list_(groups=False)."""
+    """The groups of a profile from list_stored()'s decode."""
     return json.loads(dp['profile_json'])['groups']
 
 

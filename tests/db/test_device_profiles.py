@@ -166,3 +166,21 @@ def test_foreign_key_restricts_direct_delete(database):
     with api.reader() as session:
         assert session.execute(
             sa.select(sa.func.count()).select_from(seed.ARQ)).scalar() == 1
+
+
+@pytest.mark.parametrize('filters', [{}, {'names': ['st-0', 'st-2']},
+                                     {'limit': 2}])
+def test_list_stored_decodes_to_list(database, filters):
+    [seed.profile('st-%d' % i, GROUPS) for i in range(3)]
+    rows, decode = device_profiles.list_stored(**filters)
+    listed = device_profiles.list_(**filters)
+    assert len({hash(r) for r in rows}) == len(rows) == len(listed) > 0
+    decoded = [decode(r) for r in rows]
+    assert [device_profiles.groups_of(d) for d in decoded] == \
+        [d['groups'] for d in listed]
+    for d in decoded:
+        d['groups'] = device_profiles.groups_of(d)
+        del d['profile_json']
+    assert decoded == listed
+    # The same stored values give the same rows.
+    assert device_profiles.list_stored(**filters)[0] == rows
