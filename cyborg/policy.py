@@ -93,32 +93,42 @@ class Enforcer(policy.Enforcer):
         """
         return self._allowed(action, target, context, None)
 
-    def _allowed(self, action, target, context, target_key):
+    def check(self, action, target, context):
+        """oslo.policy's enforce(action, target, context) of a registered
+        action, without do_raise: True or False, and InvalidScope raised
+        as enforce raises it; remembered as allowed() is.
+        """
+        return self._allowed(action, target, context, None, scoped=True)
+
+    def _allowed(self, action, target, context, target_key, scoped=False):
         if action not in self.registered_rules:
             raise policy.PolicyNotRegistered(action)
         self.load_rules()
         if self._memo_ok is None:
             self._memo_ok = all(_pure(c) for c in self.rules.values())
         if not self._memo_ok:
-            return self._decide(action, target, context)
+            return self._decide(action, target, context, scoped)
         try:
             key = (action, target_key or _frozen(target),
-                   _credentials(context))
+                   _credentials(context), scoped)
             decision = self._decisions.get(key)
         except TypeError:
             # A value that cannot be a key (a dict): decide every time.
-            return self._decide(action, target, context)
+            return self._decide(action, target, context, scoped)
         if decision is None:
             if len(self._decisions) >= _MAX_DECISIONS:
                 self._decisions = {}
             decision = self._decisions[key] = self._decide(
-                action, target, context)
+                action, target, context, scoped)
         return decision
 
-    def _decide(self, action, target, context):
+    def _decide(self, action, target, context, scoped=False):
         try:
             return bool(self.enforce(action, target, context))
         except policy.InvalidScope:
+            if scoped:
+                # Not remembered: raised again on every check.
+                raise
             return False
 
 

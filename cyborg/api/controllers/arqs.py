@@ -167,7 +167,7 @@ class ARQController:
 
 
 def _delete_arqs(uuids):
-    may_delete_bound = policy.get_enforcer().enforce(
+    may_delete_bound = policy.get_enforcer().check(
         'cyborg:arq:delete_bound', {'project_id': base.context().project_id},
         base.context())
     _release(db.delete_by_uuids(uuids, _visible_project(), may_delete_bound))

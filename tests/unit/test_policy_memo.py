@@ -1,0 +1,62 @@
+# SPDX-License-Identifier: Apache-2.0
+"""cyborg.policy's remembered decisions: the same answers as oslo.policy's
+enforce, asked once per (action, target, credentials).
+"""
+
+from unittest import mock
+
+from oslo_policy import policy as oslo_policy
+import pytest
+
+from cyborg.common import exception
+from cyborg import context
+from cyborg import policy
+
+ADMIN = dict(roles=['admin', 'service'], project_id='p1', user_id='u1')
+MEMBER = dict(roles=['member'], project_id='p2', user_id='u2')
+
+
+@pytest.fixture
+def enforcer():
+    policy.reset()
+    yield policy.get_enforcer()
+    policy.reset()
+
+
+@pytest.mark.parametrize('who', [ADMIN, MEMBER])
+def test_check_is_enforce_and_remembered(enforcer, who):
+    ctx = context.RequestContext(**who)
+    target = {'project_id': ctx.project_id}
+    expected = bool(enforcer.enforce('cyborg:arq:delete_bound', target, ctx))
+    with mock.patch.object(enforcer, 'enforce',
+                           wraps=enforcer.enforce) as enforce:
+        for _ in range(3):
+            assert enforcer.check('cyborg:arq:delete_bound', target,
+                                  ctx) is expected
+            assert enforcer.check('cyborg:arq:delete_bound', target,
+                                  context.RequestContext(**who)) is expected
+    assert enforce.call_count == 1
+
+
+def test_authorize_keys_the_own_target_by_the_credentials(enforcer):
+    for who, allowed in ((ADMIN, True), (MEMBER, False), (ADMIN, True)):
+        ctx = context.RequestContext(**who)
+        if allowed:
+            policy.authorize(ctx, 'cyborg:device_profile:create')
+        else:
+            with pytest.raises(exception.PolicyNotAuthorized) as e:
+                policy.authorize(ctx, 'cyborg:device_profile:create')
+            assert e.value.code == 403
+
+
+def test_invalid_scope_raised_by_check_only(enforcer):
+    ctx = context.RequestContext(**ADMIN)
+    target = {'project_id': 'p1'}
+    refusal = oslo_policy.InvalidScope('cyborg:arq:delete_bound', ['project'],
+                                       'system')
+    with mock.patch.object(enforcer, 'enforce', side_effect=refusal):
+        for _ in range(2):
+            with pytest.raises(oslo_policy.InvalidScope):
+                enforcer.check('cyborg:arq:delete_bound', target, ctx)
+        assert enforcer.allowed('cyborg:arq:delete_bound', target,
+                                ctx) is False
