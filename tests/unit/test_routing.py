@@ -1,0 +1,56 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The root's _route hook (controllers.root.Root) ends where pecan's walk
+of RootController ends, for every kind of path.
+"""
+
+import itertools
+
+from pecan import routing
+import pytest
+import webob.exc
+
+from cyborg.api.controllers import root
+
+SEGMENTS = ['', 'v2', 'device_profiles', 'accelerator_requests', 'devices',
+            'deployables', 'attributes', 'abc', 'index', 'get_all',
+            '_lookup', 'enable', 'program', 'nothing', '__class__']
+PATHS = sorted({'/' + '/'.join(p) for n in range(1, 4)
+                for p in itertools.product(SEGMENTS[:9], repeat=n)}
+               | {'/v2/devices/abc/enable', '/v2/deployables/abc/program',
+                  '/v2/device_profiles/abc/nothing', '/v2/nothing',
+                  '/nothing', '/v2/device_profiles/_lookup',
+                  '/v2/device_profiles/\u00e9', '/v2/devices/abc/enable/'})
+
+
+def _where(tree, path):
+    args = path.split('/')[1:]
+    try:
+        found, remainder = routing.lookup_controller(tree, args, object())
+    except routing.NonCanonicalPath as e:
+        found, remainder = e.controller, e.remainder
+    except (webob.exc.HTTPNotFound, routing.PecanNotFound):
+        return 'not found'
+    except Exception as e:
+        return type(e)
+    owner = getattr(found, '__self__', None)
+    if isinstance(owner, root.RootController):
+        # The root's own handlers (the version document): the same
+        # functions, on a Root or on the RootController it walks.
+        return getattr(found, '__func__', found), list(remainder)
+    return (getattr(found, '__func__', found), type(owner),
+            None if owner is None else dict(vars(owner)), list(remainder))
+
+
+@pytest.mark.parametrize('path', PATHS)
+def test_route_ends_where_the_walk_ends(path):
+    assert _where(root.Root(), path) == _where(root.RootController(), path)
+
+
+def test_crud_paths_take_the_direct_route():
+    v2 = root.RootController.v2
+    for name in root.COLLECTIONS:
+        assert root._direct(v2, [name]) is not None
+        assert root._direct(v2, ['v2', name, 'abc']) is not None
+        assert root._direct(v2, ['v2', name, 'abc', '']) is not None
+    assert root._direct(v2, ['v2', 'devices', 'abc', 'enable']) is None
+    assert root._direct(v2, ['v2', 'device_profiles', 'index']) is None
