@@ -3,6 +3,7 @@
 
 import pecan
 import pecan.routing
+import webob.exc
 
 from cyborg.api.controllers import arqs
 from cyborg.api.controllers import attributes
@@ -109,7 +110,26 @@ class Root(RootController):
         found = _direct(self.v2, args)
         if found is not None:
             return found
-        return pecan.routing.lookup_controller(self._tree, args, request)
+        try:
+            found = pecan.routing.lookup_controller(self._tree, args,
+                                                    request)
+        except pecan.routing.NonCanonicalPath as e:
+            _handler(e.controller)
+            raise
+        _handler(found[0])
+        return found
+
+
+def _handler(found):
+    """Refuse, as not found, a walk that did not end on a request
+    handler (a public method of one of our controller objects): a segment
+    naming a Python attribute pecan walked into (/v2/__class__,
+    /v2/devices/<uuid>/__class__) or one of pecan's hooks itself
+    (/v2/device_profiles/_lookup).
+    """
+    if (getattr(found, '__self__', None) is None
+            or found.__name__.startswith('_')):
+        raise webob.exc.HTTPNotFound()
 
 
 def _direct(v2, args):
