@@ -1,6 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Shared pytest fixtures: configuration and per-backend databases."""
 
+import json
+import os
+import shutil
+import tempfile
+
 import pytest
 
 from cyborg.conf import CONF
@@ -51,7 +56,115 @@ def pytest_make_parametrize_id(config, val, argname):
     return None
 
 
+# -- pytest-xdist: which tests share a worker ---------------------------------
+#
+# The README's command runs the suite on one worker per CPU (pytest-xdist,
+# `-n auto --dist loadfile`). A worker gets whole test modules, so that a
+# module-scoped stack (a cyborg-aio, a vGPU host) starts once as in a
+# serial run; and, added here, the modules that use one of the costly
+# session-scoped set-ups below go to one worker together, so that it is
+# built once rather than once per worker. The workers know each module's
+# fixtures; they write which modules share a set-up to a file that the
+# controller's scheduler reads (xdist's own xdist_group mark cannot carry
+# it: it rewrites test ids in a way pytest 9.2 no longer reads).
+SHARED_SETUPS = (
+    'installed',        # a wheel installed in a fresh virtualenv (~45 s)
+    'real_keystone',    # a real Keystone (~30 s quiet, more under load)
+)
+# Modules that ask for a shared set-up at run time
+# (request.getfixturevalue), which their fixtures' names cannot show.
+SHARED_SETUP_MODULES = {
+    'tests/clients/test_real_clients.py': 'real_keystone',
+}
+_GROUPS_FILE = 'cyborg_xdist_groups'
+_GROUPS_KEY = pytest.StashKey[str]()
+
+
+def _module(nodeid):
+    return nodeid.split('::', 1)[0]
+
+
+def _shared_groups(items):
+    """{module: shared set-up} of the modules that use one."""
+    groups = {}
+    for item in items:
+        module = _module(item.nodeid)
+        names = getattr(item, 'fixturenames', ())
+        for setup in SHARED_SETUPS:
+            if setup in names and module not in groups:
+                groups[module] = setup
+    for module, setup in SHARED_SETUP_MODULES.items():
+        groups.setdefault(module, setup)
+    return groups
+
+
+def pytest_configure(config):
+    workerinput = getattr(config, 'workerinput', None)
+    if workerinput is None and config.pluginmanager.hasplugin('xdist') \
+            and config.getoption('dist', 'no') == 'loadfile':
+        path = os.path.join(tempfile.mkdtemp(prefix='cyborg-xdist-'),
+                            'groups.json')
+        config.stash[_GROUPS_KEY] = path
+
+
+def pytest_unconfigure(config):
+    path = config.stash.get(_GROUPS_KEY, None)
+    if path:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """Where a worker writes its module groups (controller side)."""
+    path = node.config.stash.get(_GROUPS_KEY, None)
+    if path:
+        node.workerinput[_GROUPS_FILE] = path
+
+
+def pytest_collection_modifyitems(config, items):
+    path = getattr(config, 'workerinput', {}).get(_GROUPS_FILE)
+    if path:
+        # Every worker collects the same tests: the same file, written
+        # whole (rename) so that the controller never reads half of one.
+        tmp = '%s.%s' % (path, config.workerinput['workerid'])
+        with open(tmp, 'w') as f:
+            json.dump(_shared_groups(items), f)
+        os.replace(tmp, path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    path = config.stash.get(_GROUPS_KEY, None)
+    if not path:
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        """--dist loadfile, with the modules of a shared set-up as one
+        unit of work.
+        """
+
+        groups = None
+
+        def _split_scope(self, nodeid):
+            if self.groups is None:
+                # Read once every worker has collected (and written it).
+                with open(path) as f:
+                    self.groups = json.load(f)
+            module = _module(nodeid)
+            return self.groups.get(module, module)
+
+    return Scheduling(config, log)
+
+
 _KEYSTONE_STARTS = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """A worker's Keystone start-up times, for the summary below."""
+    _KEYSTONE_STARTS.extend(
+        getattr(node, 'workeroutput', {}).get('keystone_starts', ()))
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -63,6 +176,9 @@ def pytest_terminal_summary(terminalreporter):
 
 def pytest_sessionfinish(session, exitstatus):
     dbs.drop_shared()
+    workeroutput = getattr(session.config, 'workeroutput', None)
+    if workeroutput is not None:    # an xdist worker: tell the controller
+        workeroutput['keystone_starts'] = list(_KEYSTONE_STARTS)
 
 
 @pytest.fixture(params=dbs.BACKENDS)

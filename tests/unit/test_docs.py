@@ -37,6 +37,21 @@ def test_readme_quick_start_is_two_commands():
     assert len(block.splitlines()) == 2
 
 
+def test_ci_runs_the_readme_test_command():
+    """.ci/run runs the quick start's test command as written: its
+    install, then its pytest line.
+    """
+    readme = _read('README.md')
+    section = readme.split('## Quick start', 1)[1].split('\n## ', 1)[0]
+    [block] = re.findall(r'^```\n(.*?)^```$', section, re.M | re.S)
+    [test_command] = [line for line in block.splitlines() if 'pytest' in line]
+    install, pytest_line = [part.strip()
+                            for part in test_command.split('&&')]
+    ci = [line.strip() for line in _read('.ci/run').splitlines()]
+    assert install + ' || rc=$?' in ci
+    assert pytest_line + ' || rc=$?' in ci
+
+
 def test_readme_microversions_are_the_servers():
     readme = ' '.join(_read('README.md').split())
     assert 'the server advertises %d.%d–%d.%d' % (
