@@ -139,6 +139,13 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadFileScheduling
 
+    # Units of work in collection order, not xdist's default (most tests
+    # first), which would leave a file of one or two tests that run for
+    # minutes (test_readme.py, test_aio.py) for the end while the other
+    # worker idles; in collection order the many quick files of
+    # tests/unit come last and even out the workers' ends.
+    config.option.loadscopereorder = False
+
     class Scheduling(LoadFileScheduling):
         """--dist loadfile, with the modules of a shared set-up as one
         unit of work.
