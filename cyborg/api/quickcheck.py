@@ -81,13 +81,11 @@ def compile(schema):
 def _string(schema):
     """Length, pattern and format checks, which apply to strings only."""
     checks = []
-    low, high = schema.get('minLength'), schema.get('maxLength')
-    if low is not None or high is not None:
-        low = 0 if low is None else low
-        high = float('inf') if high is None else high
-        if type(low) is not int or not isinstance(high, (int, float)):
-            return None
-        checks.append(lambda v: type(v) is not str or low <= len(v) <= high)
+    length = _length(schema, 'minLength', 'maxLength', str)
+    if length is False:
+        return None
+    if length is not None:
+        checks.append(length)
     if 'pattern' in schema:
         pattern = re.compile(schema['pattern'])
         checks.append(lambda v: type(v) is not str or
@@ -153,15 +151,26 @@ def _array(schema):
         item = compile(schema['items'])
         checks.append(lambda v: type(v) is not list or
                       all(item(i) for i in v))
-    low, high = schema.get('minItems'), schema.get('maxItems')
-    if low is not None or high is not None:
-        low = 0 if low is None else low
-        high = float('inf') if high is None else high
-        if type(low) is not int or not isinstance(high, (int, float)):
-            return None
-        checks.append(lambda v: type(v) is not list or
-                      low <= len(v) <= high)
+    length = _length(schema, 'minItems', 'maxItems', list)
+    if length is False:
+        return None
+    if length is not None:
+        checks.append(length)
     return checks
+
+
+def _length(schema, low_key, high_key, kind):
+    """The check of a value's length bounds (which apply to values of
+    `kind` only); None without bounds, False for bounds it does not judge.
+    """
+    low, high = schema.get(low_key), schema.get(high_key)
+    if low is None and high is None:
+        return None
+    low = 0 if low is None else low
+    high = float('inf') if high is None else high
+    if type(low) is not int or not isinstance(high, (int, float)):
+        return False
+    return lambda v: type(v) is not kind or low <= len(v) <= high
 
 
 def _choice(schema):

@@ -78,15 +78,20 @@ def _list_statement(by_names, after_marker, limited):
     return api.page(query, DP, after_marker, limited)
 
 
+def _listing(session, names, limit, marker):
+    """The list statement and its parameters, for one page."""
+    params = api.bounds(session, DP, limit, marker)
+    if names is not None:
+        params['names'] = list(names)
+    return _list_statement(names is not None, marker is not None,
+                           limit is not None), params
+
+
 def list_(names=None, limit=None, marker=None):
     """Profiles in id order (the API lists them with list_stored())."""
     with api.reader() as session:
-        params = api.bounds(session, DP, limit, marker)
-        if names is not None:
-            params['names'] = list(names)
-        query = _list_statement(names is not None, marker is not None,
-                                limit is not None)
-        rows = session.execute(query, params).all()
+        rows = session.execute(*_listing(session, names, limit,
+                                         marker)).all()
     if not rows:
         return []
     # Every row's profile_json as one JSON document: one decoder call
@@ -103,12 +108,8 @@ def list_stored(names=None, limit=None, marker=None):
     the decoded `groups` (groups_of() decodes them).
     """
     with api.reader() as session:
-        params = api.bounds(session, DP, limit, marker)
-        if names is not None:
-            params['names'] = list(names)
-        query = _list_statement(names is not None, marker is not None,
-                                limit is not None)
-        rows, process = session.execute_stored(query, params)
+        rows, process = session.execute_stored(
+            *_listing(session, names, limit, marker))
     return rows, lambda row: _decode(process(row), _NOT_DECODED)
 
 

@@ -95,6 +95,19 @@ def _binder(agent, wait=0.5):
         prepare_batch_wait=wait)
 
 
+def _bind_all(agent, arqs):
+    """A binder over `agent` binds every ARQ of `arqs` and stops; the
+    binder, for what it has left to send.
+    """
+    binder = _binder(agent)
+    try:
+        binder.bind(cyborg_context.get_admin_context(),
+                    [u for u, _ in arqs.values()])
+    finally:
+        binder.stop()
+    return binder
+
+
 def _state(stack, instance):
     return stack.arqs(instance)[0]['state']
 
@@ -102,12 +115,7 @@ def _state(stack, instance):
 def test_one_agent_call_per_batch(stack):
     arqs = _bind_started(stack, GPUS)
     agent = CountingAgent()
-    binder = _binder(agent)
-    try:
-        binder.bind(cyborg_context.get_admin_context(),
-                    [u for u, _ in arqs.values()])
-    finally:
-        binder.stop()
+    _bind_all(agent, arqs)
     assert agent.batches == [sorted(u for u, _ in arqs.values())]
     assert agent.prepares == []
     for _, instance in arqs.values():
@@ -120,12 +128,7 @@ def test_one_agent_call_per_batch(stack):
 def test_a_failure_in_a_batch_is_its_arqs_alone(stack):
     arqs = _bind_started(stack, GPUS)
     stack.driver.broken.add(GPUS[0])
-    binder = _binder(CountingAgent())
-    try:
-        binder.bind(cyborg_context.get_admin_context(),
-                    [u for u, _ in arqs.values()])
-    finally:
-        binder.stop()
+    binder = _bind_all(CountingAgent(), arqs)
     assert _state(stack, arqs[GPUS[0]][1]) == 'BindFailed'
     assert _state(stack, arqs[GPUS[1]][1]) == 'Bound'
     assert binder.notify_pending() == 2
@@ -187,12 +190,7 @@ def test_a_hung_prepare_that_fails_fails_its_arq_alone(stack):
 def test_an_unanswered_batch_is_asked_again_per_arq(stack):
     arqs = _bind_started(stack, GPUS)
     agent = CountingAgent(silent=1)
-    binder = _binder(agent)
-    try:
-        binder.bind(cyborg_context.get_admin_context(),
-                    [u for u, _ in arqs.values()])
-    finally:
-        binder.stop()
+    _bind_all(agent, arqs)
     assert len(agent.batches) == 1
     assert sorted(agent.prepares) == sorted(u for u, _ in arqs.values())
     assert [_state(stack, i) for _, i in arqs.values()] == ['Bound'] * 2
@@ -208,12 +206,7 @@ def test_capped_below_1_2_each_arq_is_prepared_alone(stack, monkeypatch):
         lambda self, *a, **kw: sent.append(a) or real(self, *a, **kw))
     arqs = _bind_started(stack, GPUS)
     agent = CountingAgent()
-    binder = _binder(agent)
-    try:
-        binder.bind(cyborg_context.get_admin_context(),
-                    [u for u, _ in arqs.values()])
-    finally:
-        binder.stop()
+    _bind_all(agent, arqs)
     assert sent == []
     assert sorted(agent.prepares) == sorted(u for u, _ in arqs.values())
     assert [_state(stack, i) for _, i in arqs.values()] == ['Bound'] * 2
@@ -225,12 +218,7 @@ def test_a_batch_the_agent_refuses_is_prepared_per_arq(stack):
     """
     arqs = _bind_started(stack, GPUS)
     agent = CountingAgent(refuse=True)
-    binder = _binder(agent)
-    try:
-        binder.bind(cyborg_context.get_admin_context(),
-                    [u for u, _ in arqs.values()])
-    finally:
-        binder.stop()
+    _bind_all(agent, arqs)
     assert len(agent.batches) == 1
     assert agent.prepares == [None, None]
     assert [_state(stack, i) for _, i in arqs.values()] == ['Bound'] * 2
