@@ -340,6 +340,10 @@ class Vgpu:
                                            compute_instance=False))
         elif gpu.mig_capable:
             self._mig_off(gpu)
+        # Ours before it is configured: a report pass running meanwhile
+        # (it does not take the GPU's lock) must not see a configured VF
+        # that no binding holds and take the GPU for someone else's.
+        self._mine[gpu.address][vf] = vgpu_type.id
         try:
             if view['layout'] == 'vfio':
                 sysfs.set_vgpu_type(vf, vgpu_type.id)
@@ -347,10 +351,10 @@ class Vgpu:
             else:
                 updates['asked_type'] = mdev_type(vgpu_type)
         except sysfs_mod.VgpuError as e:
+            self._mine[gpu.address].pop(vf, None)
             if 'mig_start' in updates:
                 self.mig.release(gpu.address, updates)
             raise base.PrepareError(str(e))
-        self._mine[gpu.address][vf] = vgpu_type.id
         LOG.info('vGPU %s on VF %s of GPU %s (%s layout)',
                  short_name(vgpu_type.name), vf, gpu.address,
                  view['layout'])

@@ -419,6 +419,32 @@ def test_vf_configured_by_someone_else_keeps_the_gpu_out(make_host):
     assert driver.discover() == []
 
 
+def test_report_pass_during_a_bind_sees_the_vf_as_ours(
+        make_host, monkeypatch):
+    """The agent's report pass does not take the GPU's lock: one that
+    reads the VFs right after a bind wrote the vGPU type, before the
+    prepare returned (and long before the DB records the binding), sees
+    that VF as ours, not someone else's (the GPU stays reported).
+    """
+    host = make_host(vgpu_spec())
+    driver = new_driver(host)
+    driver.discover()
+    driver.reconcile({})            # the bindings are known: none
+    seen = []
+    sysfs = driver.state.sysfs
+    write = sysfs.set_vgpu_type
+
+    def write_then_report(vf, type_id):
+        write(vf, type_id)
+        seen.append(by_address(driver.discover()))
+
+    monkeypatch.setattr(sysfs, 'set_vgpu_type', write_then_report)
+    bind(driver, VF1, profile_group('h200-vgpu-1g-18gb'))
+    [reported] = seen
+    assert list(reported) == [GPU1]
+    assert 'CUSTOM_VGPU_H200X_1_18C' in reported[GPU1].traits
+
+
 def test_configured_vf_before_the_bindings_are_known_is_in_use(make_host):
     """An agent restart on a host with our vGPUs: until the first
     reconcile says which bindings hold the configured VFs, they are in use,
