@@ -6,8 +6,34 @@ Placement providers and the conductor into DB rows. Records are plain
 dataclasses that travel over RPC as dicts (`to_dict`/`from_dict`).
 """
 
+import copy
 import dataclasses
 import json
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+_FIELDS = {}
+
+
+def _plain(value):
+    """dataclasses.asdict's result, without its deepcopy of every scalar
+    (an agent's report holds hundreds): immutable scalars are shared,
+    containers and anything else copied as asdict copies them.
+    """
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict:
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return kind(_plain(v) for v in value)
+    if hasattr(kind, '__dataclass_fields__'):
+        names = _FIELDS.get(kind)
+        if names is None:
+            names = _FIELDS[kind] = tuple(
+                f.name for f in dataclasses.fields(kind))
+        return {n: _plain(getattr(value, n)) for n in names}
+    return copy.deepcopy(value)
 
 
 def canonical_json(value):
@@ -75,7 +101,7 @@ class Device:
                         canonical_json(self.controlpath_id['cpid_info']))
 
     def to_dict(self):
-        return dataclasses.asdict(self)
+        return _plain(self)
 
     @classmethod
     def from_dict(cls, data):

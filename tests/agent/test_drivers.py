@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The fake driver (host specs) and the pci driver (over fake sysfs trees)."""
 
+import dataclasses
 import logging
 import os
 
@@ -49,6 +50,41 @@ def test_fake_spec_errors_are_clear(tmp_path):
 def test_device_records_survive_rpc_round_trip():
     [device] = fake.FakeDriver(fake.default_host_spec()).discover()[:1]
     assert records.Device.from_dict(device.to_dict()) == device
+
+
+def test_to_dict_is_asdict_and_a_copy(tmp_path):
+    spec = tmp_path / 'host.yaml'
+    spec.write_text('devices:\n'
+                    '  - {vendor_id: 10de, product_id: 2335, functions: 2,'
+                    ' pci_address: "1b:00.0", traits: [CUSTOM_A],'
+                    ' vendor_board_info: {serial: [1, 2]}}\n')
+    driver = fake.FakeDriver(str(spec))
+    [device] = driver.discover()
+    device.observations = {'temp': (40, 41)}
+    out = device.to_dict()
+    assert out == dataclasses.asdict(device)
+    out['vendor_board_info']['serial'].append(3)
+    out['deployables'][0]['traits'].append('CUSTOM_B')
+    out['deployables'][0]['attach_handles'][0]['attach_info']['bus'] = 'ff'
+    assert device.vendor_board_info == {'serial': [1, 2]}
+    assert device.deployables[0].traits == ['CUSTOM_A']
+    assert device.deployables[0].attach_handles[0].attach_info['bus'] == '1b'
+    # A discovery later is not changed by what a caller did to a record.
+    device.vendor_board_info['serial'].append(4)
+    assert driver.discover()[0].vendor_board_info == {'serial': [1, 2]}
+
+
+def test_fake_spec_edits_are_seen_by_the_same_driver(tmp_path):
+    spec = tmp_path / 'host.yaml'
+    entry = ('  - {vendor_id: 10de, product_id: 2335,'
+             ' pci_address: "%s"}\n')
+    spec.write_text('devices:\n' + entry % '1b:00.0')
+    driver = fake.FakeDriver(str(spec))
+    assert [d.deployables[0].name for d in driver.discover()] == \
+        ['0000:1b:00.0']
+    spec.write_text('devices:\n' + entry % '1b:00.0' + entry % '43:00.0')
+    assert [d.deployables[0].name for d in driver.discover()] == \
+        ['0000:1b:00.0', '0000:43:00.0']
 
 
 def _function(root, address, vendor, product, cls, numa=0, driver=None,
