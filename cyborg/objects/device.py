@@ -10,8 +10,9 @@ import copy
 import dataclasses
 import json
 
+from cyborg.common import plain_data
 
-_SCALARS = frozenset((str, int, float, bool, type(None)))
+
 _FIELDS = {}
 
 
@@ -20,13 +21,11 @@ def _plain(value):
     (an agent's report holds hundreds): immutable scalars are shared,
     containers and anything else copied as asdict copies them.
     """
+    return plain_data.copy(value, _other)
+
+
+def _other(value):
     kind = type(value)
-    if kind in _SCALARS:
-        return value
-    if kind is dict:
-        return {_plain(k): _plain(v) for k, v in value.items()}
-    if kind is list or kind is tuple:
-        return kind(_plain(v) for v in value)
     if hasattr(kind, '__dataclass_fields__'):
         names = _FIELDS.get(kind)
         if names is None:

@@ -11,6 +11,7 @@ from oslo_log import log
 import oslo_messaging as messaging
 from oslo_serialization import jsonutils
 
+from cyborg.common import plain_data
 from cyborg.conf import CONF
 from cyborg import context as cyborg_context
 
@@ -29,9 +30,6 @@ _LOCK = threading.Lock()
 _TRANSPORT = None
 
 
-_PLAIN = frozenset((str, int, float, bool, type(None)))
-
-
 def to_primitive(value):
     """jsonutils.to_primitive(value, convert_instances=True), with plain
     dicts, lists, tuples and scalars (nearly all an RPC argument holds)
@@ -40,15 +38,12 @@ def to_primitive(value):
     cost more CPU than the call. A copy still, so that with the in-process
     transport neither side sees the other's later changes.
     """
-    kind = type(value)
-    if kind in _PLAIN:
-        return value
-    if kind is dict:
-        return {to_primitive(k): to_primitive(v) for k, v in value.items()}
-    if kind is list or kind is tuple:
-        return [to_primitive(v) for v in value]
     # Dicts, lists and tuples keep oslo's depth level, so anything else
     # converts as it would have at the top.
+    return plain_data.copy(value, _oslo_primitive, tuples=list)
+
+
+def _oslo_primitive(value):
     return jsonutils.to_primitive(value, convert_instances=True)
 
 
