@@ -38,8 +38,8 @@ _TYPES = {
 # Every string this matches, Python's uuid.UUID reads and has its dashes
 # where jsonschema's "uuid" format wants them; other forms go to
 # jsonschema.
-_UUID = re.compile('[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-'
-                   '[0-9a-fA-F]{4}-[0-9a-fA-F]{12}')
+UUID = re.compile('[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-'
+                  '[0-9a-fA-F]{4}-[0-9a-fA-F]{12}')
 
 _KNOWN = frozenset((
     'type', 'properties', 'additionalProperties', 'required', 'items',
@@ -94,7 +94,7 @@ def _string(schema):
         if schema['format'] != 'uuid':
             return None
         checks.append(lambda v: type(v) is not str or
-                      _UUID.fullmatch(v) is not None)
+                      UUID.fullmatch(v) is not None)
     return checks
 
 

@@ -170,8 +170,7 @@ def pagination(params):
 
 
 # The usual form of a uuid, which oslo.utils' is_uuid_like accepts too.
-_UUID = re.compile('[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-'
-                   '[0-9a-fA-F]{4}-[0-9a-fA-F]{12}')
+_UUID = quickcheck.UUID
 
 
 def is_uuid_like(value):
