@@ -534,18 +534,24 @@ class Session:
                 self._raw.info.pop('in_transaction', None)
                 self._sa.close()
             return
+        ended = False
         try:
             if self._raw.is_valid:
                 if commit:
                     self._raw.driver_connection.commit()
                 else:
                     self._raw.driver_connection.rollback()
+                ended = True
         except self.dialect.loaded_dbapi.Error as e:
             if commit:
                 self._failed(e, None)
         finally:
             self._raw.info.pop('in_transaction', None)
-            self._raw.close()
+            # A transaction ended here needs no reset on return: the
+            # pool's rollback would be one more round trip to MariaDB per
+            # transaction (what SQLAlchemy's own Connection.close() skips
+            # the same way).
+            self._raw._close_special(transaction_reset=ended)
 
 
 @contextlib.contextmanager

@@ -76,3 +76,34 @@ def test_fixed_length_in_lists_and_rowcount(database):
     with api.reader() as session:
         left = session.execute(sa.select(DP.c.uuid)).all()
     assert [r[0] for r in left] == uuids[2:]
+
+
+def test_an_ended_transaction_is_not_rolled_back_again_on_return(database):
+    """A transaction that committed (or rolled back) hands its connection
+    back without the pool's reset rollback, one round trip per
+    transaction to MariaDB; one that did not end is still reset.
+    """
+    engine = api.get_engine()
+    seen = []
+
+    def reset(dbapi_conn, record, state):
+        seen.append(state.transaction_was_reset)
+    sa.event.listen(engine, 'reset', reset)
+    try:
+        with api.writer() as session:
+            uuid = _insert(session, 'kept')
+        with api.reader() as session:
+            session.execute(BY_UUID, {'u': uuid}).one()
+        with pytest.raises(ValueError):
+            with api.writer() as session:
+                _insert(session, 'dropped')
+                raise ValueError('roll back')
+        # A connection taken straight from the pool and not ended by us.
+        engine.raw_connection().close()
+    finally:
+        sa.event.remove(engine, 'reset', reset)
+    assert seen == [True, True, True, False]
+    with api.reader() as session:
+        names = [r[0] for r in session.execute(
+            sa.select(DP.c.name).where(DP.c.name.in_(['kept', 'dropped'])))]
+    assert names == ['kept']
