@@ -9,11 +9,18 @@ import webob
 import webob.exc
 
 from cyborg.common import exception
+from cyborg.db import api as db_api
 
 LOG = logging.getLogger(__name__)
 
 DB_UNAVAILABLE = ('The database is unreachable; the request was not '
                   'carried out. Retry later.')
+# The connection went while COMMIT was under way: the server may have
+# applied the change or not.
+DB_COMMIT_UNKNOWN = ('The connection to the database was lost while the '
+                     'change was being committed: it may or may not have '
+                     'been carried out. Look the resource up before '
+                     'retrying.')
 
 
 def fault_body(status, message):
@@ -51,14 +58,18 @@ class ErrorWrapper:
                                       app_iter=body,
                                       request=webob.Request(environ))
         except db_exc.DBConnectionError as e:
-            # An outage, not a bug: one line, no traceback; nothing was
-            # committed (the transaction could not run or was rolled back).
+            # An outage, not a bug: one line, no traceback. Nothing was
+            # committed unless the connection went during the COMMIT
+            # itself, which is then said as such.
+            unknown = isinstance(e, db_api.CommitOutcomeUnknown)
             request = webob.Request(environ)
-            LOG.warning('%s %s: 503, database unreachable: %s',
+            LOG.warning('%s %s: 503, database %s: %s',
                         request.method, request.path,
+                        'lost during commit' if unknown else 'unreachable',
                         str(e.inner_exception or e).splitlines()[0][:200])
             response = webob.Response(
-                status=503, body=fault_body(503, DB_UNAVAILABLE),
+                status=503, body=fault_body(
+                    503, DB_COMMIT_UNKNOWN if unknown else DB_UNAVAILABLE),
                 content_type='application/json', charset='utf-8')
             response.retry_after = 5
         except Exception:

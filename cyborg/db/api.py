@@ -301,6 +301,14 @@ def _sqlite_begin_immediate(conn):
         conn.info['in_transaction'] = True
 
 
+class CommitOutcomeUnknown(db_exc.DBConnectionError):
+    """The connection was lost while a writer's COMMIT was on its way: the
+    server may have applied the transaction or not, and nothing here can
+    tell which. A DBConnectionError still (an outage), worded for what it
+    is. (A reader's lost COMMIT is a plain DBConnectionError.)
+    """
+
+
 class Prepared:
     """A Core statement compiled once per database dialect and run on the
     driver's own cursor, past SQLAlchemy's execution layer (events,
@@ -417,6 +425,7 @@ class Session:
     def __init__(self, engine, writing):
         self.engine = engine
         self.dialect = engine.dialect
+        self._writing = writing
         self._sa = None
         self._done = False
         try:
@@ -530,6 +539,10 @@ class Session:
                     self._sa.commit()
                 else:
                     self._sa.rollback()
+            except db_exc.DBConnectionError as e:
+                if commit and self._writing:
+                    raise CommitOutcomeUnknown(e.inner_exception) from e
+                raise
             finally:
                 self._raw.info.pop('in_transaction', None)
                 self._sa.close()
@@ -543,8 +556,14 @@ class Session:
                     self._raw.driver_connection.rollback()
                 ended = True
         except self.dialect.loaded_dbapi.Error as e:
-            if commit:
+            if commit and not self._writing:
                 self._failed(e, None)
+            elif commit:
+                try:
+                    self._failed(e, None)
+                except db_exc.DBConnectionError as lost:
+                    raise CommitOutcomeUnknown(
+                        lost.inner_exception) from lost
         finally:
             self._raw.info.pop('in_transaction', None)
             # A transaction ended here needs no reset on return: the

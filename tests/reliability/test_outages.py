@@ -14,6 +14,7 @@ import webob
 
 from cyborg.api import app as api_app
 from cyborg.conf import CONF
+from cyborg.db import api as db_api
 from cyborg.db import arqs
 from cyborg import rpc
 from cyborg_harness import net
@@ -46,6 +47,32 @@ def test_database_unreachable_is_503_without_traceback(
     assert fault['faultstring'].startswith('The database is unreachable')
     assert not [rec for rec in caplog.records if rec.exc_info]
     assert any('503, database unreachable' in rec.getMessage()
+               for rec in caplog.records)
+
+
+def test_connection_lost_during_commit_says_the_outcome_is_unknown(
+        sqlite_database, monkeypatch, caplog):
+    """The connection went while the COMMIT was under way (seen once in
+    the fault suite's database scenario: the 503'd bind was applied): a
+    503 that does not claim nothing happened.
+    """
+    def lost(*args, **kwargs):
+        raise db_api.CommitOutcomeUnknown(
+            '(pymysql.err.OperationalError) (2013, \'Lost connection to '
+            'server during query\')')
+
+    dp = seed.profile()
+    monkeypatch.setattr(arqs, 'create_from_profile', lost)
+    caplog.set_level(logging.INFO)
+    r = _call(api_app.setup_app(), 'POST', '/v2/accelerator_requests',
+              {'device_profile_name': dp['name']})
+    assert r.status_int == 503
+    assert r.headers['Retry-After'] == '5'
+    fault = json.loads(r.json['error_message'])
+    assert 'may or may not have been carried out' in fault['faultstring']
+    assert 'was not carried out' not in fault['faultstring']
+    assert not [rec for rec in caplog.records if rec.exc_info]
+    assert any('503, database lost during commit' in rec.getMessage()
                for rec in caplog.records)
 
 
