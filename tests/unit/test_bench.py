@@ -136,6 +136,7 @@ def test_endpoint_accepts_the_v2_url_or_the_root():
     ['side-by-side', '--quick', '--skip-reference'],
     ['soak', '--minutes', '0.1'],
     ['profile', '--db', 'postgresql', '--calls'],
+    ['profile', '--evict-mib', '8', '--workloads', 'dp-get,dp-create'],
     ['per-db', '--db', 'mysql'],
     ['prepare-rpc', '--transport', 'inproc', '--batch', '2'],
 ])
@@ -335,3 +336,22 @@ def test_prepare_rpc_bench_runs_both_ways_in_process(tmp_path):
     for way in ('per-ARQ prepare', 'prepare_batch'):
         assert doc[way]['caller_cpu_ms_per_arq'] > 0
         assert doc[way]['wall_p50_ms'] > 0
+
+
+def test_profile_times_only_the_calls_after_each_eviction():
+    from cyborg_bench import profile
+    evict = profile.Evictor(1)
+    order = []
+
+    def op(i):
+        order.append(('op', i, evict.buf[64 * 7]))
+        evict.buf[64 * 7] = 0          # the next eviction writes it again
+
+    def touch():
+        order.append(('evict',))
+        evict()
+    cpu, wall, stats = profile.measure(op, 3, 2, evict=touch)
+    assert order == [('op', 0, 0), ('op', 1, 0),          # warm-up
+                     ('evict',), ('op', 2, 1), ('evict',), ('op', 3, 1),
+                     ('evict',), ('op', 4, 1)]
+    assert wall > 0 and stats is None
