@@ -151,6 +151,9 @@ def _start_demo(stack):
                   'metrics_url': stack.metrics_url,
                   'mdev_creator': fake_mdev.KernelMdevCreator(
                       stack.fake_gpus.root)}
+    # Stopped (Ctrl-C) while the demo still calls the services: one line,
+    # not the errors of its refused requests.
+    kwargs['stopping'] = lambda: stack.stop_requested
     threading.Thread(target=demo.run, name='demo', daemon=True, args=(
         stack.nova_receiver, stack.api_url, stack.placement_url, sys.stdout,
     ), kwargs=kwargs).start()

@@ -171,14 +171,55 @@ def metrics_lines(metrics_url):
 
 def run(receiver, api_url, placement_url, out, conf=None,
         binding_timeout=BINDING_TIMEOUT, plan=None, metrics_url=None,
-        mdev_creator=None):
+        mdev_creator=None, stopping=None):
     """Boot the demo instances and print their <hostdev>s and ARQs to
     `out`. True if all booted; failures are printed, never raised.
     plan: (profiles, instances[, refused]); the fake GPU/FPGA host's by
     default. `refused` instances must find no allocation candidate.
     mdev_creator: what makes the mdevs of MDEV handles (the kernel's
     interface under [nvidia] sysfs_root by default).
+    stopping: True once the services are stopping under the demo
+    (Ctrl-C): from then on it prints one line and nothing of the failures
+    that follow (refused connections), and its flow logs nothing on the
+    terminal (the log file keeps it).
     """
+    stopping = stopping or (lambda: False)
+    quiet = _WhileStopping(stopping)
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.addFilter(quiet)
+    try:
+        return _run(receiver, api_url, placement_url, out, conf,
+                    binding_timeout, plan, metrics_url, mdev_creator,
+                    stopping)
+    except Exception:
+        if not stopping():
+            raise
+        return False
+    finally:
+        for handler in handlers:
+            handler.removeFilter(quiet)
+        if stopping():
+            print('demo: interrupted, cyborg-aio is stopping', file=out,
+                  flush=True)
+
+
+class _WhileStopping(logging.Filter):
+    """Drops the Nova side's records once the services stop under the
+    demo: its boots then fail on refused connections, by our doing.
+    """
+
+    def __init__(self, stopping):
+        super().__init__()
+        self.stopping = stopping
+
+    def filter(self, record):
+        return not (record.name.startswith('nova_cyborg_client')
+                    and self.stopping())
+
+
+def _run(receiver, api_url, placement_url, out, conf, binding_timeout, plan,
+         metrics_url, mdev_creator, stopping):
     profiles, instances, *rest = plan or (PROFILES, INSTANCES)
     refused = tuple(rest[0]) if rest else ()
     conf = conf or nova_conf.CONF
@@ -192,7 +233,8 @@ def run(receiver, api_url, placement_url, out, conf=None,
             cyborg_conf.CONF.nvidia.sysfs_root))
 
     def say(text=''):
-        print(text, file=out, flush=True)
+        if not stopping():
+            print(text, file=out, flush=True)
 
     try:
         created = ensure_profiles(context, conf, profiles)

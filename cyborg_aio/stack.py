@@ -250,6 +250,11 @@ class EmbeddedStack:
         """
         self._stop_requested = True
 
+    @property
+    def stop_requested(self):
+        """True once request_stop() was called (a stop is under way)."""
+        return self._stop_requested
+
     def wait(self, poll=0.2):
         """Block until request_stop() is called or a server thread dies."""
         while not self._stop_requested:
