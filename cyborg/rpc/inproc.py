@@ -16,7 +16,7 @@ from oslo_messaging._drivers import impl_fake
 
 # Notified whenever any message is delivered to any in-process exchange.
 _DELIVERED = threading.Condition()
-# Longest nap, so that a stopped listener notices within it.
+# Longest nap without a delivery or a stop (both wake it at once).
 _MAX_WAIT = 1.0
 
 
@@ -51,6 +51,14 @@ class _Listener(impl_fake.FakeListener):
                                                      requeue)
         return None
 
+    def stop(self):
+        # Wake the poll now, not after its nap: a service's stop waits for
+        # it. Under the lock the poll looks and naps under, so a stop
+        # between the two is never slept through.
+        with _DELIVERED:
+            super().stop()
+            _DELIVERED.notify_all()
+
     @base.batch_poll_helper
     def poll(self, timeout=None):
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -61,6 +69,8 @@ class _Listener(impl_fake.FakeListener):
                 message = self._next()
                 if message is not None:
                     return message
+                if self._stopped.is_set():
+                    return None
                 wait = _MAX_WAIT
                 if deadline is not None:
                     wait = min(wait, deadline - time.monotonic())

@@ -42,3 +42,27 @@ def test_call_and_cast_reach_the_server_and_stop_is_prompt():
         stopped.join(10)
         transport.cleanup()
     assert not stopped.is_alive()
+
+
+def test_stop_wakes_a_poll_at_once(monkeypatch):
+    """A listener's stop() wakes its poll instead of leaving it to notice
+    at its next look (a service's stop waits for the poll)."""
+    from cyborg.rpc import inproc
+
+    # Naps long enough that only the wake can end this poll in time.
+    monkeypatch.setattr(inproc, '_MAX_WAIT', 3600.0)
+    listener = inproc._Listener(inproc._ExchangeManager('t-stop-ex'),
+                                [messaging.Target(topic='t-stop')])
+    got = []
+    polling = threading.Thread(target=lambda: got.append(listener.poll()))
+    polling.start()
+    try:
+        listener.stop()
+        polling.join(30)
+        assert not polling.is_alive()
+        assert got == [[]]
+    finally:
+        if polling.is_alive():
+            monkeypatch.setattr(inproc, '_MAX_WAIT', 0.01)
+            with inproc._DELIVERED:
+                inproc._DELIVERED.notify_all()
