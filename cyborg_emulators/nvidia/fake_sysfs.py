@@ -18,7 +18,8 @@ Host spec (YAML-friendly)::
           numa_node: 0               # optional (sysfs -1 / NVML model)
           mig_mode: 1                # optional, default 0
           driver: nvidia             # nvidia | vfio-pci | none
-          sriov_vfs: 16              # optional VFs enabled (default 0)
+          sriov_vfs: 16              # optional VFs enabled (default 0;
+                                     # only with vgpu_manager)
           sriov_totalvfs: 16         # optional, default sriov_vfs
           iommu_group: 20            # optional, else allocated
           reset_method: "flr bus"    # optional sysfs reset_method; ""
@@ -35,7 +36,6 @@ import errno
 import json
 import os
 import threading
-import uuid
 
 from cyborg.common import pci
 from cyborg.drivers.nvidia import privileged
@@ -139,21 +139,6 @@ class _Tree:
             files.symlink(os.path.join('..', '..', '..', '..', 'bus', 'pci',
                                        'devices', address),
                           os.path.join(members, address))
-
-    def add_mdevs(self, pf, count):
-        """A PF carved into vGPUs by someone else (e.g. Nova's vGPU
-        support): a supported type and `count` mdevs under the PF.
-        """
-        types = self.dev(pf, 'mdev_supported_types', 'nvidia-1')
-        os.makedirs(types, exist_ok=True)
-        files.write(os.path.join(types, 'name'), 'GRID H200-1-18C')
-        for n in range(count):
-            mdev = self.dev(pf, str(uuid.uuid5(uuid.NAMESPACE_URL,
-                                               '%s/%d' % (pf, n))))
-            os.makedirs(mdev, exist_ok=True)
-            files.symlink(os.path.join('..', 'mdev_supported_types',
-                                       'nvidia-1'),
-                          os.path.join(mdev, 'mdev_type'))
 
     def add_vfs(self, pf, vfs, total, device_id, numa_node, groups):
         files.write(self.dev(pf, 'sriov_totalvfs'), total)
@@ -292,6 +277,34 @@ class FakeSysfs(sysfs.Sysfs):
                 tree.bind(address, wanted)
 
 
+def _refuse_unreal(gpu):
+    """Refuse a GPU spec that no real host is in. Every GPU modelled here
+    (models/: A100, H100, H200) is Ampere or later, where the vGPU
+    Manager runs the GPU through SR-IOV (contract gpu-to-vm.md §1-§2).
+    """
+    address = gpu['pci_address']
+    if 'vgpu_types' in gpu or 'mdevs' in gpu:
+        # vGPU types, and the mdevs made of them, sit on the VFs only;
+        # the physical function offers none (§2).
+        raise ValueError(
+            'GPU %s: %s on the physical function are not modelled: on '
+            'Ampere and Hopper the vGPU Manager offers vGPU types, and '
+            'mdevs are created, on the SR-IOV VFs only (contract '
+            'gpu-to-vm.md §2); give the GPU a vgpu_manager section (layout '
+            'mdev for mdevs) and sriov_vfs, and create an mdev on a VF '
+            'with FakeGpuHost.create_mdev as Nova\'s libvirt driver does'
+            % (address, 'vGPU types' if 'vgpu_types' in gpu else 'mdevs'))
+    if int(gpu.get('sriov_vfs', 0)) and gpu.get('vgpu_manager') is None:
+        # A data-center-driver host has no VFs of its GPUs: only NVIDIA's
+        # sriov-manage, part of the vGPU Manager, enables them (§1).
+        raise ValueError(
+            'GPU %s: SR-IOV VFs without the vGPU Manager are not '
+            'modelled: on a data-center-driver host the GPU\'s VFs stay '
+            'disabled, only the vGPU Manager\'s sriov-manage enables them '
+            '(contract gpu-to-vm.md §1); give the GPU a vgpu_manager '
+            'section or no sriov_vfs' % address)
+
+
 class FakeGpuHost:
     """A fake sysfs tree under `root` plus a FakeNvml that sees only GPUs
     bound to `nvidia`.  With `state_file`, NVML state is loaded at install
@@ -313,14 +326,7 @@ class FakeGpuHost:
         self.gpus = [dict(g) for g in section.get('gpus', [])]
         for gpu in self.gpus:
             gpu['pci_address'] = pci.normalize_address(gpu['pci_address'])
-            if 'vgpu_types' in gpu:
-                # No real host is in that state (contract gpu-to-vm.md
-                # §2): the SR-IOV GPUs modelled here offer vGPU types on
-                # their VFs only, under the vGPU Manager.
-                raise ValueError('GPU %s: vGPU types on the physical '
-                                 'function are not modelled; give the GPU '
-                                 'a vgpu_manager section and sriov_vfs'
-                                 % gpu['pci_address'])
+            _refuse_unreal(gpu)
         self.nvml = fake_nvml.FakeNvml(
             self.gpus, driver_version=section.get('driver_version'),
             visible=self._bound_to_nvidia,
@@ -394,8 +400,6 @@ class FakeGpuHost:
                     member.get('driver'), group,
                     vendor=member.get('vendor', NVIDIA_VENDOR),
                     class_=member.get('class', GPU_CLASS))
-            if gpu.get('mdevs'):
-                tree.add_mdevs(address, int(gpu['mdevs']))
             vfs = int(gpu.get('sriov_vfs', 0))
             total = int(gpu.get('sriov_totalvfs', vfs))
             if total:

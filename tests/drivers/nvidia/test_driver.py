@@ -23,17 +23,31 @@ from tests.drivers.nvidia import geometry
 
 GPU1 = '0000:1b:00.0'
 GPU2 = '0000:43:00.0'
+VF1 = '0000:1b:00.4'        # the first VF of GPU1 (vGPU-Manager hosts)
 FIXTURE = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
                        'fixtures', 'nvml', 'h200-real-580.159.04.json')
 
 
 def spec(model='h200', gpu2=True, **gpu1):
+    """A data-center-driver host: no SR-IOV VFs (only the vGPU Manager
+    enables them, contract gpu-to-vm.md §1).
+    """
     gpus = [dict({'model': model, 'pci_address': GPU1, 'numa_node': 0,
                   'driver': 'nvidia', 'mig_mode': 0}, **gpu1)]
     if gpu2:
         gpus.append({'model': model, 'pci_address': GPU2, 'numa_node': 1,
-                     'driver': 'nvidia', 'mig_mode': 1, 'sriov_vfs': 16})
+                     'driver': 'nvidia', 'mig_mode': 1})
     return {'nvidia': {'iommu': True, 'gpus': gpus}}
+
+
+def vgpu_host_spec(layout='vfio', gpu2=True, vfs=4):
+    """A vGPU-Manager host: every GPU's VFs enabled (sriov-manage -e)
+    and carrying the vGPU types (contract gpu-to-vm.md §1-§2).
+    """
+    host = spec(gpu2=gpu2)
+    for gpu in host['nvidia']['gpus']:
+        gpu.update(sriov_vfs=vfs, vgpu_manager={'layout': layout})
+    return host
 
 
 @pytest.fixture
@@ -100,7 +114,7 @@ def test_backend_reads_what_the_real_h200_reported(make_host):
 def test_discovery_reports_pfs_with_slice_inventories(make_host):
     host = make_host()
     devices = by_address(new_driver(host).discover())
-    assert sorted(devices) == [GPU1, GPU2]      # no VF became a GPU
+    assert sorted(devices) == [GPU1, GPU2]
     dep = devices[GPU1].deployables[0]
     assert dep.inventories[resources.MEM_SLICE]['total'] == 8
     assert dep.inventories[resources.COMPUTE_SLICE]['total'] == 7
@@ -116,8 +130,8 @@ def test_discovery_reports_pfs_with_slice_inventories(make_host):
     board = devices[GPU1].std_board_info
     assert board['driver'] == 'nvidia' and board['mode'] == 'Compute'
     assert board['compute_capability'] == '9.0'
-    # The PF + 7 MIG handles for non-VM use (Nova ignores MIG). GPU 2
-    # has VFs but no vGPU Manager: the same (its VFs are not handles).
+    # The PF + 7 MIG handles for non-VM use (Nova ignores MIG); GPU 2
+    # (MIG on) the same.
     types = [h.attach_type for h in dep.attach_handles]
     assert types == ['PCI'] + ['MIG'] * 7
     gpu2 = devices[GPU2].deployables[0]
@@ -127,14 +141,27 @@ def test_discovery_reports_pfs_with_slice_inventories(make_host):
         set(dep.traits) & set(gpu2.traits)
 
 
-def test_passthrough_trait_needs_iommu_no_vfs_and_a_way_to_vfio(make_host):
-    CONF.set_override('rebind_for_passthrough', True, group='nvidia')
-    host = make_host()
+@pytest.mark.parametrize('setup,capable', [
+    ('rebind', {GPU1, GPU2}),
+    ('iommu-off', set()),
+    ('on-vfio', {GPU1}),            # no rebind: only a GPU already there
+    ('vgpu-manager', set()),        # VFs enabled, vGPUs only
+])
+def test_passthrough_trait_needs_iommu_no_vfs_and_a_way_to_vfio(
+        make_host, setup, capable):
+    CONF.set_override('rebind_for_passthrough', setup != 'on-vfio',
+                      group='nvidia')
+    host_spec = {'vgpu-manager': vgpu_host_spec,
+                 'on-vfio': lambda: spec(driver='vfio-pci')}.get(
+                     setup, spec)()
+    if setup == 'iommu-off':
+        host_spec['nvidia']['iommu'] = False
+    host = make_host(host_spec)
     devices = by_address(new_driver(host).discover())
-    assert 'CUSTOM_GPU_PASSTHROUGH_CAPABLE' in \
-        devices[GPU1].deployables[0].traits
-    assert 'CUSTOM_GPU_PASSTHROUGH_CAPABLE' not in \
-        devices[GPU2].deployables[0].traits       # it has VFs
+    assert sorted(devices) == [GPU1, GPU2]      # no VF became a GPU
+    assert {a for a, d in devices.items()
+            if 'CUSTOM_GPU_PASSTHROUGH_CAPABLE' in
+            d.deployables[0].traits} == capable
 
 
 @pytest.mark.parametrize('code,words', [
@@ -348,13 +375,14 @@ def test_whole_gpu_rebinds_behind_gates_and_restores(make_host):
 
 
 @pytest.mark.parametrize('setup,reason', [
-    ('vfs', '16 SR-IOV VFs are enabled'),
+    ('vgpu-manager', 'run by the NVIDIA vGPU Manager: it serves vGPUs for '
+     'VMs only'),
     ('process', '1 processes use it'),
     ('mig', 'it has MIG instances'),
     ('iommu', 'the IOMMU is off')])
 def test_whole_gpu_rebind_gates(make_host, setup, reason):
     CONF.set_override('rebind_for_passthrough', True, group='nvidia')
-    host_spec = spec(sriov_vfs=16 if setup == 'vfs' else 0)
+    host_spec = vgpu_host_spec() if setup == 'vgpu-manager' else spec()
     if setup == 'iommu':
         host_spec['nvidia']['iommu'] = False
     host = make_host(host_spec)
@@ -368,6 +396,20 @@ def test_whole_gpu_rebind_gates(make_host, setup, reason):
     drv.discover()
     with pytest.raises(base.PrepareError, match=reason):
         drv.prepare(GPU1, handle(GPU1, group('h200-whole')))
+    assert host.sysfs.driver(GPU1) == 'nvidia'
+
+
+def test_rebind_gate_names_enabled_vfs(make_host):
+    """Behind the host-kind check, the rebind gate itself refuses a GPU
+    whose VFs are enabled (a vGPU-Manager GPU: the VFs would go with it).
+    """
+    CONF.set_override('rebind_for_passthrough', True, group='nvidia')
+    host = make_host(vgpu_host_spec(gpu2=False, vfs=16))
+    drv = new_driver(host)
+    drv.discover()
+    gpu = drv.state.geometry.get(GPU1)
+    assert '16 SR-IOV VFs are enabled' in \
+        drv.passthrough.rebind_blockers(gpu)
     assert host.sysfs.driver(GPU1) == 'nvidia'
 
 
@@ -425,19 +467,25 @@ def test_driver_publishes_only_placeable_offers(make_host, ops):
 
 
 def test_gpus_managed_elsewhere_are_not_offered_twice(make_host, caplog):
-    """A PF carved into vGPU mdevs (e.g. by Nova) and a GPU in Nova's
-    [pci] device_spec are left alone, with the reason said once.
+    """On a vGPU-Manager host (mdev layout), a GPU whose VF holds an
+    mdev Nova's own vGPU support made and a GPU in Nova's [pci]
+    device_spec are left alone, with the reason said once. (vGPU types
+    and mdevs are on the VFs, never on the PF: contract gpu-to-vm.md §2.)
     """
     CONF.set_override('nova_device_spec', [json.dumps(
         {'vendor_id': '10de', 'address': GPU2})], group='pci_driver')
-    host = make_host(spec(mdevs=2))
+    host = make_host(vgpu_host_spec(layout='mdev'))
+    # GPU1's MIG mode is off: a time-sliced type (NVIDIA H200X-70C).
+    assert host.create_mdev(VF1, 'nvidia-1427',
+                            'a6f1c0de-0000-4000-8000-000000000001')
     drv = new_driver(host)
+    drv.reconcile({})               # no binding of ours holds a VF
     caplog.set_level(logging.WARNING)
     assert drv.discover() == []
     assert drv.discover() == []
     said = [r.getMessage() for r in caplog.records
             if r.getMessage().startswith('Not reporting GPU')]
     assert said == [
-        'Not reporting GPU 0000:1b:00.0: it is carved into 2 vGPU mdev(s) '
-        'by another service',
+        'Not reporting GPU 0000:1b:00.0: VF(s) 0000:1b:00.4 hold vGPUs '
+        "that no binding of ours holds (Nova's vGPUs?)",
         "Not reporting GPU 0000:43:00.0: Nova's [pci] device_spec claims it"]

@@ -1023,10 +1023,12 @@ def test_state_round_trip(start):
 
 # -- fake sysfs and the fake host ---------------------------------------------
 
+# A vGPU-Manager host (VFs are enabled only there, contract gpu-to-vm.md
+# §1) with one GPU passed through whole on vfio-pci.
 HOST = {'nvidia': {'iommu': True, 'gpus': [
     {'model': 'h200', 'pci_address': '0000:43:00.0', 'uuid': GPU_B,
      'numa_node': 1, 'driver': 'nvidia', 'sriov_vfs': 3,
-     'iommu_group': 40},
+     'vgpu_manager': {'layout': 'vfio'}, 'iommu_group': 40},
     {'model': 'a100-80gb', 'pci_address': '0000:1b:00.0', 'uuid': GPU_A,
      'driver': 'vfio-pci'},
 ]}}
@@ -1069,6 +1071,26 @@ def test_sysfs_tree_reads_back(host):
     assert fake.sysfs.iommu_enabled()
 
 
+@pytest.mark.parametrize('gpu,words', [
+    ({'mdevs': 2}, 'mdevs on the physical function are not modelled'),
+    ({'vgpu_types': ['nvidia-1']},
+     'vGPU types on the physical function are not modelled'),
+    ({'mdevs': 2, 'sriov_vfs': 2, 'vgpu_manager': {'layout': 'mdev'}},
+     'create an mdev on a VF'),
+    ({'sriov_vfs': 16}, 'SR-IOV VFs without the vGPU Manager are not '
+     'modelled'),
+])
+def test_host_states_no_real_host_is_in_are_refused(tmp_path, gpu, words):
+    """Ampere and Hopper offer vGPU types (and so mdevs) on VFs only, and
+    only the vGPU Manager enables VFs (contract gpu-to-vm.md §1-§2).
+    """
+    spec = {'nvidia': {'gpus': [dict(
+        {'model': 'h200', 'pci_address': '0000:1b:00.0'}, **gpu)]}}
+    with pytest.raises(ValueError, match=words):
+        fake_sysfs.FakeGpuHost(spec, str(tmp_path / 'sys'))
+    assert not os.path.exists(str(tmp_path / 'sys'))
+
+
 def test_vf_addresses_roll_over_device_numbers():
     assert fake_sysfs.vf_address('0000:1b:00.0', 4) == '0000:1b:01.0'
     assert fake_sysfs.vf_address('0000:1b:00.0', 15) == '0000:1b:02.3'
@@ -1076,7 +1098,7 @@ def test_vf_addresses_roll_over_device_numbers():
 
 def test_no_iommu_means_no_groups(host):
     spec = {'nvidia': {'iommu': False, 'gpus': [
-        {'pci_address': '0000:1b:00.0', 'sriov_vfs': 1}]}}
+        {'pci_address': '0000:1b:00.0'}]}}
     fake = host(spec)
     assert not fake.sysfs.iommu_enabled()
     assert not os.path.exists(os.path.join(fake.root, 'kernel'))
