@@ -29,9 +29,10 @@ ENGINE_RCS = ((NVDEC, 'decoders'), (NVJPG, 'jpegs'), (OFA, 'ofas'))
 CORE_PERCENT = gpu_classes.CORE_PERCENT
 MEMORY_MB = gpu_classes.MEMORY_MB
 SHARE_SLOT = gpu_classes.SHARE_SLOT
+# The share modes an operator may set. Only MPS is offered: a GPU set to
+# time-slice gets no share pool, only the reason (shares.Shares.enforcer).
 SHARE_MODES = ('mps', 'time-slice')
-SHARE_TRAITS = {'mps': 'CUSTOM_GPU_SHARE_MPS',
-                'time-slice': 'CUSTOM_GPU_SHARE_TIMESLICE'}
+SHARE_TRAITS = {'mps': 'CUSTOM_GPU_SHARE_MPS'}     # per mode offered
 MIB = 1 << 20
 
 _TRAIT_CHARS = re.compile(r'[^A-Z0-9]+')
@@ -176,7 +177,7 @@ def share_memory_mb(gpu, margin_mb):
 
 def share_inventories(gpu, slots, margin_mb, fenced=False):
     """The `_share` provider of a GPU in a share mode. Percent and memory
-    are never oversubscribed (allocation_ratio 1.0 for time-slice too).
+    are never oversubscribed (allocation_ratio 1.0).
     """
     invs = {
         CORE_PERCENT: {'total': 100, 'min_unit': 1, 'max_unit': 100,

@@ -245,7 +245,9 @@ class Shares:
         traits = {t for t in gpu_traits
                   if t.startswith(('CUSTOM_GPU_VENDOR_', 'CUSTOM_GPU_MODEL_',
                                    'CUSTOM_GPU_CC_', 'CUSTOM_GPU_NUMA_'))}
-        if share_mode:
+        if share_mode in resources.SHARE_TRAITS:
+            # A mode no share is offered in (time-slice) names no trait:
+            # its pool, fenced, only keeps the shares still bound.
             traits.add(resources.SHARE_TRAITS[share_mode])
         pf = records.pci_info(gpu.address)
         self._slots[gpu.address] = slots

@@ -219,3 +219,27 @@ def test_share_refusals(host):
     with pytest.raises(base.PrepareError,
                        match='time-slice shares are not offered'):
         drv.prepare(SHARE, _share(1024, 10))
+
+
+def test_time_slice_asked_while_mps_shares_are_held(host):
+    """Time-slice asked for a GPU whose MPS shares are still bound: the
+    share provider stays for them, fenced (nothing new is granted) and
+    with no share-kind trait (no time-slice share exists to ask for).
+    """
+    drv = _driver(host)
+    drv.set_share_modes({GPU: {'mode': 'mps', 'slots': 4}})
+    drv.discover()
+    info = drv.prepare(SHARE, _share(1024, 10))
+    drv.reconcile({SHARE: [{'uuid': 'h-1', 'attach_info': json.dumps(info)}]})
+    drv.set_share_modes({GPU: {'mode': 'time-slice', 'slots': 4}})
+    [device] = drv.discover()
+    share = next(d for d in device.deployables if d.name == SHARE)
+    assert share.attributes['share_mode'] == 'time-slice'
+    assert not [t for t in share.traits if t.startswith('CUSTOM_GPU_SHARE_')]
+    assert {'CUSTOM_GPU_VENDOR_NVIDIA', 'CUSTOM_GPU_MODEL_H200'} <= \
+        set(share.traits)
+    assert all(inv['reserved'] == inv['total']
+               for inv in share.inventories.values())
+    observation = device.observations['share']
+    assert observation['ready'] is False
+    assert 'time-slice shares are not offered' in observation['why']
