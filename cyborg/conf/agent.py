@@ -127,10 +127,10 @@ nvidia_opts = [
     cfg.IntOpt('mps_command_timeout', default=15, min=1,
                help='Seconds one MPS control command may take.'),
     cfg.StrOpt('proc_root', default='/proc',
-               help='Root of procfs: where the agent reads an MPS '
-                    'client\'s environment (<pid>/environ) to tell which '
-                    'share it holds, for per-consumer metrics, and scans '
-                    '(through privsep) <pid>/fd for processes holding a '
+               help='Root of procfs: where the agent reads, through '
+                    'privsep, an MPS client\'s environment (<pid>/environ) '
+                    'to tell which share it holds, for per-consumer '
+                    'metrics, and scans <pid>/fd for processes holding a '
                     'GPU\'s VFIO group open before a reclaim or reset '
                     '(tests point it at a fake tree).'),
     cfg.ListOpt('nova_enabled_mdev_types', default=[],

@@ -4,6 +4,7 @@
 process's memory attributed to the ARQ that holds its MIG instance."""
 
 import json
+import logging
 import os
 import re
 import types
@@ -20,6 +21,8 @@ from cyborg import data
 from cyborg.drivers import base
 from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import driver as nvidia
+from cyborg.drivers.nvidia import privileged
+from cyborg.drivers.nvidia import telemetry
 from cyborg.objects import device as records
 from cyborg_emulators.nvidia import fake_consumer_telemetry as consumers
 from cyborg_emulators.nvidia import fake_sysfs
@@ -478,3 +481,50 @@ def test_mps_clients_are_consumers_with_their_share(host, tmp_path):
     # Counters are counters: `_total` samples of a counter family.
     assert [n for n, _, _ in f['cyborg_gpu_ecc_errors']] == [
         'cyborg_gpu_ecc_errors_total'] * 4
+
+
+def test_mps_client_share_handles_are_read_through_privsep(
+        host, tmp_path, monkeypatch, caplog):
+    """Another user's /proc/<pid>/environ needs privileges: the handles
+    are read by the privsep entrypoint, once per scrape for all clients;
+    when that fails the clients stay listed, unattributed, and the
+    agent says why once.
+    """
+    monkeypatch.setitem(telemetry._handles_failed, 'why', None)
+    proc = tmp_path / 'proc'
+    CONF.set_override('proc_root', str(proc), group='nvidia')
+    drv = _driver(host)
+    drv.discover()
+    uuid1 = _uuid(host, GPU1)
+    for pid in (4001, 4002):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / 'environ').write_bytes(
+            b'CYBORG_SHARE_HANDLE=h-%d\0' % pid)
+        consumers.add_mps_client(host.nvml, uuid1, pid, GIB)
+    calls = []
+    real = privileged.share_handles
+    assert privileged.context.is_entrypoint(real)
+
+    def spy(proc_root, pids):
+        calls.append(list(pids))
+        return real(proc_root, pids)
+    monkeypatch.setattr(privileged, 'share_handles', spy)
+    clients = telemetry.telemetry(drv.state, GPU1)['mps_clients']
+    assert [(c['pid'], c['share_handle']) for c in clients] == [
+        (4001, 'h-4001'), (4002, 'h-4002')]
+    assert calls == [[4001, 4002]]
+    assert telemetry.telemetry(drv.state, GPU2)['mps_clients'] == []
+    assert calls == [[4001, 4002]]         # no clients: no privsep call
+
+    def refused(proc_root, pids):
+        raise privileged.PrivilegedError('privsep helper not permitted')
+    monkeypatch.setattr(privileged, 'share_handles', refused)
+    caplog.set_level(logging.WARNING)
+    for _ in range(2):
+        clients = telemetry.telemetry(drv.state, GPU1)['mps_clients']
+        assert [(c['pid'], c['share_handle']) for c in clients] == [
+            (4001, None), (4002, None)]
+    said = [r.getMessage() for r in caplog.records
+            if 'share handles' in r.getMessage()]
+    assert said == ['Cannot read the share handles of MPS clients 4001, '
+                    '4002: privsep helper not permitted']

@@ -204,10 +204,15 @@ class MpsDaemons:
         return env
 
 
-def share_handle(proc_root, pid):
+def read_share_handle(proc_root, pid):
     """The CYBORG_SHARE_HANDLE of a process (from /proc/<pid>/environ,
-    NUL-separated), or None when unreadable (another user's process, one
-    that exited) or unset.
+    NUL-separated), or None when unreadable (a process that exited, an
+    environ that cannot be read) or unset.
+
+    Runs in the privsep daemon (privileged.share_handles): another user's
+    environ is readable only with CAP_SYS_PTRACE (proc(5), "Ptrace
+    access mode PTRACE_MODE_READ_FSCREDS"), and MPS clients run as their
+    own users.
     """
     try:
         with open(os.path.join(proc_root, str(pid), 'environ'), 'rb') as f:

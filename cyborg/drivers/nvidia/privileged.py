@@ -19,6 +19,9 @@ path or a command line.
 - set_vgpu_type(): a VF's vGPU type (vGPU-Manager hosts);
 - vfio_group_holders(): which processes hold /dev/vfio/<group> open
   (another user's /proc/<pid>/fd needs CAP_SYS_PTRACE);
+- share_handles(): the share handle MPS clients carry in their
+  environment (another user's /proc/<pid>/environ needs CAP_SYS_PTRACE
+  too); only that one variable leaves the daemon, never an environment;
 - set_mig_mode(), create_gpu_instance(), destroy_gpu_instance(): NVML's
   MIG changes, which need root or the mig/config capability;
 - set_persistence_mode(): off before a GPU leaves the nvidia driver (it
@@ -42,6 +45,7 @@ from oslo_privsep import capabilities as caps
 from oslo_privsep import priv_context
 
 from cyborg.drivers.nvidia import holders
+from cyborg.drivers.nvidia import mps
 
 context = priv_context.PrivContext(
     __name__,
@@ -49,7 +53,8 @@ context = priv_context.PrivContext(
     pypath=__name__ + '.context',
     capabilities=[caps.CAP_SYS_ADMIN,       # PCI reset, MIG changes
                   caps.CAP_DAC_OVERRIDE,    # root-owned sysfs files
-                  caps.CAP_SYS_PTRACE],     # other users' /proc/<pid>/fd
+                  caps.CAP_SYS_PTRACE],     # other users' /proc/<pid>/
+                                            # fd and environ
 )
 
 _ADDRESS = re.compile(r'^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$')
@@ -270,6 +275,21 @@ def vfio_group_holders(proc_root, group):
         raise PrivilegedError('not an IOMMU group: %r' % (group,))
     return [pid for pid, _ in holders.holding(
         '/dev/vfio/%d' % group, proc_root, strict=True)]
+
+
+@context.entrypoint
+@_root_side
+def share_handles(proc_root, pids):
+    """The CYBORG_SHARE_HANDLE of each process in `pids`, in order: None
+    for one that exited, whose environ cannot be read, or that has none.
+    """
+    proc_root = _root(proc_root)
+    if not isinstance(pids, (list, tuple)):
+        raise PrivilegedError('not a list of PIDs: %r' % (pids,))
+    for pid in pids:
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+            raise PrivilegedError('not a PID: %r' % (pid,))
+    return [mps.read_share_handle(proc_root, pid) for pid in pids]
 
 
 # NVML --------------------------------------------------------------------

@@ -9,9 +9,32 @@ from oslo_log import log
 
 from cyborg.conf import CONF
 from cyborg.drivers.nvidia import backend as nvml
-from cyborg.drivers.nvidia import mps
+from cyborg.drivers.nvidia import privileged
 
 LOG = log.getLogger(__name__)
+# Why the MPS clients' share handles could not be read last time (logged
+# once per change, not on every scrape).
+_handles_failed = {'why': None}
+
+
+def share_handles(pids):
+    """{pid: the share handle it carries, or None}, read through the
+    privsep daemon (MPS clients run as other users). A failed read leaves
+    every client unattributed, never the scrape failed.
+    """
+    if not pids:
+        return {}
+    try:
+        handles = privileged.share_handles(CONF.nvidia.proc_root,
+                                           list(pids))
+    except Exception as e:
+        if str(e) != _handles_failed['why']:
+            LOG.warning('Cannot read the share handles of MPS clients '
+                        '%s: %s', ', '.join(str(p) for p in pids), e)
+            _handles_failed['why'] = str(e)
+        return dict.fromkeys(pids)
+    _handles_failed['why'] = None
+    return dict(zip(pids, handles))
 
 
 def telemetry(state, address):
@@ -45,10 +68,11 @@ def telemetry(state, address):
             'memory_used': sum(sizes) if sizes or not procs else None})
     data['vgpus'] = consumers['vgpus']
     util = consumers['process_util']
+    handles = share_handles([pid for pid, _ in consumers['mps_clients']])
     data['mps_clients'] = [
         {'pid': pid, 'memory_used': used,
          'sm_util': util.get(pid, (None, None))[0],
          'mem_util': util.get(pid, (None, None))[1],
-         'share_handle': mps.share_handle(CONF.nvidia.proc_root, pid)}
+         'share_handle': handles.get(pid)}
         for pid, used in consumers['mps_clients']]
     return data

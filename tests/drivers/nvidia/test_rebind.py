@@ -60,7 +60,7 @@ def calls(monkeypatch):
     """The privsep entrypoints called, by name (they still run)."""
     seen = []
     for name in ('rebind', 'reset_function', 'driver_reset', 'set_vgpu_type',
-                 'vfio_group_holders', 'set_mig_mode',
+                 'vfio_group_holders', 'share_handles', 'set_mig_mode',
                  'create_gpu_instance', 'destroy_gpu_instance',
                  'set_persistence_mode'):
         real = getattr(privileged, name)
@@ -253,6 +253,43 @@ def test_vfio_scan_skips_exited_processes_and_non_pids(make_host):
         privileged.vfio_group_holders(host.proc_root, -1)
 
 
+def _environ(host, pid, *items):
+    path = os.path.join(host.proc_root, str(pid))
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, 'environ'), 'wb') as f:
+        f.write(b''.join(item + b'\0' for item in items))
+
+
+def test_share_handles_read_one_variable_of_each_process(make_host):
+    """The share handle each MPS client carries, in the order asked;
+    None for a process without one, one that exited and one whose
+    environ cannot be read.
+    """
+    host = make_host()
+    _environ(host, 4001, b'PATH=/usr/bin', b'CYBORG_SHARE_HANDLE=h-1',
+             b'SECRET=x')
+    _environ(host, 4002, b'PATH=/usr/bin')
+    _environ(host, 4003, b'CYBORG_SHARE_HANDLE=')
+    os.makedirs(os.path.join(host.proc_root, '4004', 'environ'))
+    assert privileged.share_handles(host.proc_root,
+                                    [4002, 4001, 4003, 4004, 4005]) == [
+        None, 'h-1', None, None, None]
+    assert privileged.share_handles(host.proc_root, []) == []
+
+
+@pytest.mark.parametrize('args', [
+    ('relative/proc', [4001]),
+    (None, 4001),
+    (None, [-1]),
+    (None, [0]),
+    (None, [True]),
+    (None, ['4001/../../etc'])])
+def test_share_handles_entrypoint_accepts_only_pids(make_host, args):
+    host = make_host()
+    with pytest.raises(privileged.PrivilegedError):
+        privileged.share_handles(args[0] or host.proc_root, args[1])
+
+
 def test_entrypoints_answer_through_a_real_privsep_daemon(make_host):
     """The same entrypoints across oslo.privsep's channel (a forked
     daemon, unprivileged): arguments and answers survive serialization.
@@ -265,6 +302,9 @@ def test_entrypoints_answer_through_a_real_privsep_daemon(make_host):
             privileged.context, {}))
         assert list(privileged.vfio_group_holders(host.proc_root, 7)) == [
             4242]
+        _environ(host, 4242, b'CYBORG_SHARE_HANDLE=h-7')
+        assert list(privileged.share_handles(host.proc_root,
+                                             [4242, 4243])) == ['h-7', None]
         with pytest.raises(Exception, match='not a PCI address'):
             privileged.rebind(host.root, 'nope', 'vfio-pci', 1)
 
