@@ -84,6 +84,20 @@ SHARED_SETUPS = (
     'installed',        # a wheel installed in a fresh virtualenv (~45 s)
     'real_keystone',    # a real Keystone (~30 s quiet, more under load)
 )
+# The longest units of work (a module, or the modules of a shared set-up),
+# longest first, as measured on a 2-CPU machine: each worker takes these
+# before anything else, so that none of them starts near the end of the
+# run while the other worker has nothing left to do; the many quick
+# modules that follow (in collection order) even out the workers' ends.
+LONGEST_FIRST = (
+    'real_keystone',                        # ~85 s, 4 modules
+    'tests/functional/test_readme.py',      # ~45 s
+    'installed',                            # ~40 s, 2 modules
+    'tests/functional/test_aio_h200.py',    # ~30 s
+    'tests/functional/test_aio.py',         # ~25 s
+    'tests/functional/test_tutorial.py',    # ~20 s
+    'tests/nova/test_flow_vgpu_host.py',    # ~20 s
+)
 # Modules that ask for a shared set-up at run time
 # (request.getfixturevalue), which their fixtures' names cannot show.
 SHARED_SETUP_MODULES = {
@@ -152,16 +166,15 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    # Units of work in collection order, not xdist's default (most tests
-    # first), which would leave a file of one or two tests that run for
-    # minutes (test_readme.py, test_aio.py) for the end while the other
-    # worker idles; in collection order the many quick files of
-    # tests/unit come last and even out the workers' ends.
+    # Units of work in collection order (after LONGEST_FIRST), not
+    # xdist's default (most tests first), which would leave a module of
+    # one or two tests that run for a minute (test_readme.py) for the end
+    # while the other worker idles.
     config.option.loadscopereorder = False
 
     class Scheduling(LoadFileScheduling):
         """--dist loadfile, with the modules of a shared set-up as one
-        unit of work.
+        unit of work, and the longest units handed out first.
         """
 
         groups = None
@@ -173,6 +186,13 @@ def pytest_xdist_make_scheduler(config, log):
                     self.groups = json.load(f)
             module = _module(nodeid)
             return self.groups.get(module, module)
+
+        def _assign_work_unit(self, node):
+            for unit in LONGEST_FIRST:
+                if unit in self.workqueue:
+                    self.workqueue.move_to_end(unit, last=False)
+                    break
+            super()._assign_work_unit(node)
 
     return Scheduling(config, log)
 
