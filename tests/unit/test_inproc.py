@@ -46,7 +46,8 @@ def test_call_and_cast_reach_the_server_and_stop_is_prompt():
 
 def test_stop_wakes_a_poll_at_once(monkeypatch):
     """A listener's stop() wakes its poll instead of leaving it to notice
-    at its next look (a service's stop waits for the poll)."""
+    at its next look (a service's stop waits for the poll).
+    """
     from cyborg.rpc import inproc
 
     # Naps long enough that only the wake can end this poll in time.
