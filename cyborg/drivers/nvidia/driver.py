@@ -87,7 +87,9 @@ class NvidiaDriver(base.Driver):
         changed, updates = self.mig.reconcile(gpus)
         # After the GPU instances: a MIG-backed type needs its instance.
         restored = self.vgpus.restore(gpus)
-        return changed or share_changed or vgpu_changed or restored, updates
+        cleared = self.vgpus.clear_missed_releases()
+        return (changed or share_changed or vgpu_changed or restored
+                or cleared), updates
 
     @classmethod
     def pick_handles(cls, deployable, request_group, handles):

@@ -148,6 +148,14 @@ class Vgpu:
         # prepared here before the DB knows).
         self._bound = collections.defaultdict(dict)
         self._mine = collections.defaultdict(dict)
+        # GPU address → {VF: (type id, pass)}: VFs whose binding went
+        # (unbind, delete) and whose release has not cleared them yet. The
+        # agent learns the binding is gone before its release runs; until
+        # then the VF is still configured, and ours, not someone else's
+        # vGPU (which would take the whole GPU off Placement). One still
+        # here a reconcile later missed its release: cleared then.
+        self._releasing = collections.defaultdict(dict)
+        self._passes = 0
         self._reconciled = False    # the bindings are not known yet
 
     # What bindings hold ------------------------------------------------------
@@ -166,6 +174,12 @@ class Vgpu:
         for address, vfs in bound.items():
             for vf in vfs:
                 self._mine[address].pop(vf, None)
+                self._releasing[address].pop(vf, None)
+        self._passes += 1
+        for address, vfs in self._bound.items():
+            for vf, type_id in vfs.items():
+                if vf not in bound.get(address, {}):
+                    self._releasing[address][vf] = (type_id, self._passes)
         changed = dict(bound) != {a: v for a, v in self._bound.items() if v}
         changed |= not self._reconciled
         self._bound = bound
@@ -173,7 +187,47 @@ class Vgpu:
         return changed
 
     def bound(self, address):
-        return dict(self._bound.get(address, {}), **self._mine[address])
+        held = {vf: type_id for vf, (type_id, _) in
+                self._releasing.get(address, {}).items()}
+        held.update(self._bound.get(address, {}))
+        held.update(self._mine[address])
+        return held
+
+    def clear_missed_releases(self):
+        """Clear the vGPU type of each VF whose binding went a reconcile
+        ago or more and whose release never came (a lost cast). True when
+        one was cleared.
+        """
+        cleared = False
+        for address in list(self._releasing):
+            missed = {vf: type_id for vf, (type_id, seen)
+                      in self._releasing[address].items()
+                      if seen < self._passes}
+            if not missed:
+                continue
+            with self.state.locks[address]:
+                for vf, type_id in sorted(missed.items()):
+                    if self._releasing[address].get(vf, (None,))[0] \
+                            != type_id:
+                        continue        # released meanwhile
+                    if vf in self._mine[address] or vf in self._bound.get(
+                            address, {}):
+                        self._releasing[address].pop(vf, None)
+                        continue        # bound again meanwhile
+                    LOG.warning('VF %s of GPU %s still holds vGPU type %s '
+                                'of a binding that went (missed release); '
+                                'clearing it', vf, address, type_id)
+                    self._clear_type(vf, type_id)
+                    self._releasing[address].pop(vf, None)
+                    cleared = True
+        return cleared
+
+    def _clear_type(self, vf, type_id):
+        try:
+            if self.state.sysfs.vf_vgpu(vf)['current'] == type_id:
+                self.state.sysfs.set_vgpu_type(vf, 0)
+        except (OSError, sysfs_mod.VgpuError) as e:
+            LOG.error('Could not clear the vGPU type of VF %s: %s', vf, e)
 
     def restore(self, prepared):
         """Write again the vGPU type of each VF a bound ARQ holds that lost
@@ -316,7 +370,9 @@ class Vgpu:
                 'VF %s of GPU %s shows no vGPU types: is the NVIDIA vGPU '
                 'Manager loaded?' % (vf, gpu.address))
         bound = self.bound(gpu.address)
-        if vgpu_type_id(info) == vgpu_type.id and bound.get(vf):
+        if vgpu_type_id(info) == vgpu_type.id and (
+                vf in self._bound.get(gpu.address, {})
+                or vf in self._mine[gpu.address]):
             return None         # a re-driven bind: done before
         if view['current'] or view['mdevs']:
             raise base.PrepareError('VF %s of GPU %s already holds a vGPU'
@@ -386,16 +442,11 @@ class Vgpu:
         """
         vf = records.pci_address(info)
         if 'vgpu_type' in info:
-            try:
-                if self.state.sysfs.vf_vgpu(vf)['current'] == int(
-                        info['vgpu_type']):
-                    self.state.sysfs.set_vgpu_type(vf, 0)
-            except (OSError, sysfs_mod.VgpuError) as e:
-                LOG.error('Could not clear the vGPU type of VF %s: %s',
-                          vf, e)
+            self._clear_type(vf, int(info['vgpu_type']))
         # Forgotten once cleared: a discovery meanwhile sees it ours.
         self._mine[address].pop(vf, None)
         self._bound.get(address, {}).pop(vf, None)
+        self._releasing[address].pop(vf, None)
         if 'mig_start' in info:
             self.mig.release(address, info)
 

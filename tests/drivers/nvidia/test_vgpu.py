@@ -445,6 +445,51 @@ def test_report_pass_during_a_bind_sees_the_vf_as_ours(
     assert 'CUSTOM_VGPU_H200X_1_18C' in reported[GPU1].traits
 
 
+def test_report_pass_between_unbind_and_release_sees_the_vf_as_ours(
+        make_host):
+    """The agent learns a binding went (the conductor's answer no longer
+    names it) before its release clears the VF: a report pass meanwhile
+    sees that VF as ours, still in use, and the GPU stays reported (it
+    once took the GPU off Placement as "Nova's vGPUs", and the next binds
+    on it failed).
+    """
+    host = make_host(vgpu_spec())
+    driver = new_driver(host)
+    driver.discover()
+    handle, _info = bind(driver, VF1, profile_group('h200-vgpu-1g-18gb'))
+    driver.reconcile({GPU1: [handle]})
+    changed, _ = driver.reconcile({})       # unbound; release not yet run
+    assert changed
+    reported = by_address(driver.discover())
+    assert list(reported) == [GPU1]
+    assert 'CUSTOM_VGPU_H200X_1_18C' in reported[GPU1].traits
+    assert read_vf(host, VF1, 'nvidia', 'current_vgpu_type').strip() == \
+        '1414'
+    driver.release(GPU1, handle)
+    assert read_vf(host, VF1, 'nvidia', 'current_vgpu_type').strip() == '0'
+    # Released: nothing left for a later reconcile to clear.
+    assert driver.reconcile({}) == (False, {})
+    assert list(by_address(driver.discover())) == [GPU1]
+
+
+def test_a_missed_release_is_cleared_a_reconcile_later(make_host, caplog):
+    """The release cast never arrived: the next reconcile after the one
+    that saw the binding go clears the VF's type itself."""
+    host = make_host(vgpu_spec())
+    driver = new_driver(host)
+    driver.discover()
+    handle, _info = bind(driver, VF1, profile_group('h200-vgpu-1g-18gb'))
+    driver.reconcile({GPU1: [handle]})
+    driver.reconcile({})                    # the binding went
+    assert read_vf(host, VF1, 'nvidia', 'current_vgpu_type').strip() == \
+        '1414'
+    changed, _ = driver.reconcile({})       # still no release: missed
+    assert changed
+    assert read_vf(host, VF1, 'nvidia', 'current_vgpu_type').strip() == '0'
+    assert 'missed release' in caplog.text
+    assert list(by_address(driver.discover())) == [GPU1]
+
+
 def test_configured_vf_before_the_bindings_are_known_is_in_use(make_host):
     """An agent restart on a host with our vGPUs: until the first
     reconcile says which bindings hold the configured VFs, they are in use,
