@@ -116,6 +116,11 @@ class _Writes:
         self.count += 1
 
 
+_LOCK_HOST = api.Prepared(
+    sa.select(DEVICE.c.id).where(DEVICE.c.hostname == sa.bindparam(
+        'hostname')).order_by(DEVICE.c.id).with_for_update())
+
+
 def apply_report(hostname, devices):
     """Make the DB rows of `hostname` match `devices` ([records.Device]).
 
@@ -124,6 +129,14 @@ def apply_report(hostname, devices):
     reset_requested_at, share}).
     """
     with api.writer() as session:
+        # Two reports of one host at once (two conductors, an agent's
+        # retry) take turns here: on PostgreSQL and MariaDB the second
+        # waits for the first to commit, then loads what it wrote, instead
+        # of diffing a stale view (a deployable the first removed got
+        # handles from the second: a foreign key error). SQLite writers
+        # take turns already (BEGIN IMMEDIATE); a first report has no row
+        # to lock and adds devices only.
+        session.execute(_LOCK_HOST, {'hostname': hostname}).all()
         current = _load(session, hostname)
         writes = _Writes()
         wanted = {}
