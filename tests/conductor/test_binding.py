@@ -287,9 +287,12 @@ def test_conductor_down_between_bind_started_and_bound(stack):
     time.sleep(0.3)
     assert stack.arqs(instance)[0]['state'] == 'BindStarted'
     stack.start_conductor()
-    assert stack.binder.recover() == 1
+    # Re-driven by this call, or already by the new conductor's own sweep
+    # when the ARQ grew older than stale_after meanwhile (a loaded
+    # machine): the failure seen once in a full run asserted `== 1`.
+    assert stack.binder.recover() in (0, 1)
     assert stack.wait_resolved(instance)[0]['state'] == 'Bound'
-    assert stack.wait_events(1)[0]['tag'] == arq['uuid']
+    assert [e['tag'] for e in stack.wait_events(1)] == [arq['uuid']]
 
 
 def test_events_wait_for_nova_to_come_back(sqlite_database):
