@@ -474,7 +474,8 @@ def test_report_pass_between_unbind_and_release_sees_the_vf_as_ours(
 
 def test_a_missed_release_is_cleared_a_reconcile_later(make_host, caplog):
     """The release cast never arrived: the next reconcile after the one
-    that saw the binding go clears the VF's type itself."""
+    that saw the binding go clears the VF's type itself.
+    """
     host = make_host(vgpu_spec())
     driver = new_driver(host)
     driver.discover()
