@@ -556,12 +556,12 @@ class Session:
                     self._raw.driver_connection.rollback()
                 ended = True
         except self.dialect.loaded_dbapi.Error as e:
-            if commit and not self._writing:
-                self._failed(e, None)
-            elif commit:
+            if commit:
                 try:
                     self._failed(e, None)
                 except db_exc.DBConnectionError as lost:
+                    if not self._writing:
+                        raise
                     raise CommitOutcomeUnknown(
                         lost.inner_exception) from lost
         finally:
