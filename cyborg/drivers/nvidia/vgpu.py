@@ -20,6 +20,7 @@ the GPU's lock.
 """
 
 import collections
+import time
 
 from oslo_log import log
 
@@ -33,6 +34,10 @@ from cyborg.drivers.nvidia import sysfs as sysfs_mod
 from cyborg.objects import device as records
 
 LOG = log.getLogger(__name__)
+# Seconds a VF whose binding went waits for its release (a cast, run within
+# milliseconds normally) before a reconcile clears it as a missed release:
+# well past the RPC timeout, so a slow release is never taken for a lost one.
+RELEASE_GRACE = 120.0
 
 DATACENTER = 'datacenter'
 VGPU_HOST = 'vgpu'
@@ -148,14 +153,15 @@ class Vgpu:
         # prepared here before the DB knows).
         self._bound = collections.defaultdict(dict)
         self._mine = collections.defaultdict(dict)
-        # GPU address → {VF: (type id, pass)}: VFs whose binding went
+        # GPU address → {VF: (type id, since)}: VFs whose binding went
         # (unbind, delete) and whose release has not cleared them yet. The
         # agent learns the binding is gone before its release runs; until
         # then the VF is still configured, and ours, not someone else's
         # vGPU (which would take the whole GPU off Placement). One still
-        # here a reconcile later missed its release: cleared then.
+        # here release_grace seconds later missed its release (a lost
+        # cast): the next reconcile clears it.
         self._releasing = collections.defaultdict(dict)
-        self._passes = 0
+        self.release_grace = RELEASE_GRACE
         self._reconciled = False    # the bindings are not known yet
 
     # What bindings hold ------------------------------------------------------
@@ -175,11 +181,11 @@ class Vgpu:
             for vf in vfs:
                 self._mine[address].pop(vf, None)
                 self._releasing[address].pop(vf, None)
-        self._passes += 1
+        now = time.monotonic()
         for address, vfs in self._bound.items():
             for vf, type_id in vfs.items():
                 if vf not in bound.get(address, {}):
-                    self._releasing[address][vf] = (type_id, self._passes)
+                    self._releasing[address][vf] = (type_id, now)
         changed = dict(bound) != {a: v for a, v in self._bound.items() if v}
         changed |= not self._reconciled
         self._bound = bound
@@ -194,15 +200,16 @@ class Vgpu:
         return held
 
     def clear_missed_releases(self):
-        """Clear the vGPU type of each VF whose binding went a reconcile
-        ago or more and whose release never came (a lost cast). True when
-        one was cleared.
+        """Clear the vGPU type of each VF whose binding went more than
+        release_grace seconds ago and whose release never came (a lost
+        cast). True when one was cleared.
         """
         cleared = False
+        due = time.monotonic() - self.release_grace
         for address in list(self._releasing):
-            missed = {vf: type_id for vf, (type_id, seen)
+            missed = {vf: type_id for vf, (type_id, since)
                       in self._releasing[address].items()
-                      if seen < self._passes}
+                      if since <= due}
             if not missed:
                 continue
             with self.state.locks[address]:

@@ -472,9 +472,9 @@ def test_report_pass_between_unbind_and_release_sees_the_vf_as_ours(
     assert list(by_address(driver.discover())) == [GPU1]
 
 
-def test_a_missed_release_is_cleared_a_reconcile_later(make_host, caplog):
-    """The release cast never arrived: the next reconcile after the one
-    that saw the binding go clears the VF's type itself.
+def test_a_missed_release_is_cleared_after_its_grace(make_host, caplog):
+    """The release cast never arrived: a reconcile once the grace for it
+    passed clears the VF's type itself (not one before).
     """
     host = make_host(vgpu_spec())
     driver = new_driver(host)
@@ -482,8 +482,10 @@ def test_a_missed_release_is_cleared_a_reconcile_later(make_host, caplog):
     handle, _info = bind(driver, VF1, profile_group('h200-vgpu-1g-18gb'))
     driver.reconcile({GPU1: [handle]})
     driver.reconcile({})                    # the binding went
+    assert driver.reconcile({}) == (False, {})     # within the grace
     assert read_vf(host, VF1, 'nvidia', 'current_vgpu_type').strip() == \
         '1414'
+    driver.vgpus.release_grace = 0          # ... and past it
     changed, _ = driver.reconcile({})       # still no release: missed
     assert changed
     assert read_vf(host, VF1, 'nvidia', 'current_vgpu_type').strip() == '0'
