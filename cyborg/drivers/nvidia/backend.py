@@ -176,6 +176,10 @@ class NvmlBackend:
         raise NotImplementedError
 
 
+# Reads of a GPU's instances while another process changes them.
+_REREADS = 3
+
+
 def _kind(exc):
     return type(exc).__name__.replace('NVMLError_', '')
 
@@ -567,7 +571,22 @@ class PynvmlBackend(NvmlBackend):
     def instances(self, uuid):
         """Every live GPU instance with its compute instances and MIG UUIDs
         (ours and anybody else's).
+
+        Read again when an instance listed went before its details were
+        read: another process (the privsep daemon releasing a binding,
+        nvidia-smi) destroyed it meanwhile, and NVML answers a handle of a
+        destroyed instance with NVML_ERROR_INVALID_ARGUMENT (nvml.h:
+        nvmlGpuInstanceGetInfo, "gpuInstance ... invalid") or NOT_FOUND.
         """
+        for attempt in range(_REREADS):
+            try:
+                return self._read_instances(uuid)
+            except NvmlError as e:
+                if e.kind not in ('InvalidArgument', 'NotFound') \
+                        or attempt == _REREADS - 1:
+                    raise
+
+    def _read_instances(self, uuid):
         N = self.N
         h = self._handle(uuid)
         profiles = self._profiles(h)

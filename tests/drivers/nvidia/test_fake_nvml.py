@@ -1189,3 +1189,40 @@ def test_quick_vfio_round_trip_between_nvml_sessions_loses_hopper_mig(host):
     h = N.nvmlDeviceGetHandleByIndex(0)
     assert N.nvmlDeviceGetMigMode(h) == [0, 0]
     assert fake.nvml.to_state()['gpus'][GPU_B]['gpu_instances'] == []
+
+
+def test_backend_reads_instances_again_when_one_goes_meanwhile(
+        start, monkeypatch):
+    """Another process (the privsep daemon releasing a binding) destroys
+    a GPU instance between the agent listing the instances and reading
+    one's details: NVML answers that handle INVALID_ARGUMENT; the backend
+    reads the instances again instead of failing the whole GPU's
+    discovery (which once put a warning on cyborg-aio's terminal).
+    """
+    from cyborg.drivers.nvidia import backend as nvml
+
+    fake = start([gpu(mig_mode=1)])
+    fake.create_gi(GPU_A, 19, 6, compute_instance=False)
+    fake.create_gi(GPU_A, 19, 5, compute_instance=False)
+    backend = nvml.PynvmlBackend()
+    backend.open()
+    real = N.nvmlGpuInstanceGetInfo
+    gone = []
+
+    def destroyed_meanwhile(gi):
+        if not gone:
+            gone.append(real(gi).placement.start)
+            N.nvmlGpuInstanceDestroy(gi)
+        return real(gi)
+
+    monkeypatch.setattr(N, 'nvmlGpuInstanceGetInfo', destroyed_meanwhile)
+    [left] = backend.instances(GPU_A)
+    assert gone and left.start == {5: 6, 6: 5}[gone[0]]
+
+    def always_invalid(gi):
+        raise N.NVMLError(N.NVML_ERROR_INVALID_ARGUMENT)
+
+    monkeypatch.setattr(N, 'nvmlGpuInstanceGetInfo', always_invalid)
+    with pytest.raises(nvml.NvmlError) as raised:
+        backend.instances(GPU_A)
+    assert raised.value.kind == 'InvalidArgument'
