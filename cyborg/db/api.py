@@ -425,7 +425,6 @@ class Session:
     def __init__(self, engine, writing):
         self.engine = engine
         self.dialect = engine.dialect
-        self._writing = writing
         self._sa = None
         self._done = False
         try:
@@ -539,10 +538,6 @@ class Session:
                     self._sa.commit()
                 else:
                     self._sa.rollback()
-            except db_exc.DBConnectionError as e:
-                if commit and self._writing:
-                    raise CommitOutcomeUnknown(e.inner_exception) from e
-                raise
             finally:
                 self._raw.info.pop('in_transaction', None)
                 self._sa.close()
@@ -557,13 +552,7 @@ class Session:
                 ended = True
         except self.dialect.loaded_dbapi.Error as e:
             if commit:
-                try:
-                    self._failed(e, None)
-                except db_exc.DBConnectionError as lost:
-                    if not self._writing:
-                        raise
-                    raise CommitOutcomeUnknown(
-                        lost.inner_exception) from lost
+                self._failed(e, None)
         finally:
             self._raw.info.pop('in_transaction', None)
             # A transaction ended here needs no reset on return: the
@@ -588,7 +577,14 @@ def _transaction(writing):
             except BaseException:
                 session._end(commit=False)
                 raise
-            session._end(commit=True)
+            try:
+                session._end(commit=True)
+            except db_exc.DBConnectionError as lost:
+                # Lost during a writer's COMMIT: applied or not, nobody
+                # here can tell (a reader's is a plain outage).
+                if not writing:
+                    raise
+                raise CommitOutcomeUnknown(lost.inner_exception) from lost
     finally:
         _WRITING.reset(token)
 
