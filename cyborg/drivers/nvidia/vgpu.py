@@ -206,26 +206,18 @@ class Vgpu:
         """
         cleared = False
         due = time.monotonic() - self.release_grace
-        for address in list(self._releasing):
-            missed = {vf: type_id for vf, (type_id, since)
-                      in self._releasing[address].items()
-                      if since <= due}
-            if not missed:
+        for address, releasing in list(self._releasing.items()):
+            if not any(since <= due for _, since in releasing.values()):
                 continue
             with self.state.locks[address]:
-                for vf, type_id in sorted(missed.items()):
-                    if self._releasing[address].get(vf, (None,))[0] \
-                            != type_id:
-                        continue        # released meanwhile
-                    if vf in self._mine[address] or vf in self._bound.get(
-                            address, {}):
-                        self._releasing[address].pop(vf, None)
-                        continue        # bound again meanwhile
+                for vf, (type_id, since) in sorted(releasing.items()):
+                    if since > due:
+                        continue
                     LOG.warning('VF %s of GPU %s still holds vGPU type %s '
                                 'of a binding that went (missed release); '
                                 'clearing it', vf, address, type_id)
                     self._clear_type(vf, type_id)
-                    self._releasing[address].pop(vf, None)
+                    del releasing[vf]
                     cleared = True
         return cleared
 
@@ -407,6 +399,7 @@ class Vgpu:
         # (it does not take the GPU's lock) must not see a configured VF
         # that no binding holds and take the GPU for someone else's.
         self._mine[gpu.address][vf] = vgpu_type.id
+        self._releasing[gpu.address].pop(vf, None)
         try:
             if view['layout'] == 'vfio':
                 sysfs.set_vgpu_type(vf, vgpu_type.id)
