@@ -116,31 +116,37 @@ _DROP = {'mysql': (sa.func.connection_id, 'KILL %d'),
                         'SELECT pg_terminate_backend(%d)')}
 
 
+def _drop_own_session(database, session, prepared=True):
+    """Have the server drop `session`'s connection, from another one;
+    `prepared`: ask who it is through a Prepared statement (the
+    transaction stays on the driver's connection), else through
+    SQLAlchemy.
+    """
+    if database.backend not in _DROP:
+        pytest.skip('a SQLite connection cannot be dropped by a server')
+    whoami, drop = _DROP[database.backend]
+    query = sa.select(whoami())
+    (session_id,) = session.execute(
+        api.Prepared(query) if prepared else query).one()
+    admin = database.engine(poolclass=sa.pool.NullPool)
+    try:
+        with admin.connect() as other:
+            other.execute(sa.text(drop % session_id))
+            other.commit()
+    finally:
+        admin.dispose()
+
+
 @pytest.mark.parametrize('path', ['driver', 'sqlalchemy'])
 def test_connection_lost_at_commit_is_an_outcome_unknown(database, path):
     """The server drops the session while its transaction waits to
     commit: a DBConnectionError (an outage, a 503 in the API) of its own
     kind, since the caller cannot know whether the change was applied.
     """
-    if database.backend not in _DROP:
-        pytest.skip('a SQLite connection cannot be dropped by a server')
-    whoami, drop = _DROP[database.backend]
-    admin = database.engine(poolclass=sa.pool.NullPool)
-    try:
-        with pytest.raises(api.CommitOutcomeUnknown):
-            with api.writer() as session:
-                _insert(session, 'maybe')
-                # A Prepared statement keeps the transaction on the
-                # driver's connection; any other goes through SQLAlchemy.
-                query = sa.select(whoami())
-                if path == 'driver':
-                    query = api.Prepared(query)
-                (session_id,) = session.execute(query).one()
-                with admin.connect() as other:
-                    other.execute(sa.text(drop % session_id))
-                    other.commit()
-    finally:
-        admin.dispose()
+    with pytest.raises(api.CommitOutcomeUnknown):
+        with api.writer() as session:
+            _insert(session, 'maybe')
+            _drop_own_session(database, session, path == 'driver')
     assert issubclass(api.CommitOutcomeUnknown, db_exc.DBConnectionError)
     # The pool threw the dead connection away: the next transaction works.
     with api.reader() as session:
@@ -151,18 +157,7 @@ def test_connection_lost_at_a_readers_commit_is_a_plain_outage(database):
     """A reader changes nothing: losing its COMMIT is an outage, with no
     doubt about an outcome.
     """
-    if database.backend not in _DROP:
-        pytest.skip('a SQLite connection cannot be dropped by a server')
-    whoami, drop = _DROP[database.backend]
-    admin = database.engine(poolclass=sa.pool.NullPool)
-    try:
-        with pytest.raises(db_exc.DBConnectionError) as raised:
-            with api.reader() as session:
-                (session_id,) = session.execute(
-                    api.Prepared(sa.select(whoami()))).one()
-                with admin.connect() as other:
-                    other.execute(sa.text(drop % session_id))
-                    other.commit()
-    finally:
-        admin.dispose()
+    with pytest.raises(db_exc.DBConnectionError) as raised:
+        with api.reader() as session:
+            _drop_own_session(database, session)
     assert not isinstance(raised.value, api.CommitOutcomeUnknown)
