@@ -33,14 +33,16 @@ WORKLOADS = ['noop', 'dp-create', 'dp-get', 'dp-delete', 'dp-list',
 
 
 def _storage(url):
-    """Mean ms of one durable commit and of one indexed read."""
+    """Mean ms of one durable commit, one indexed read and one read of
+    the rows dp-list lists.
+    """
     import sqlalchemy as sa
     engine = sa.create_engine(url)
     try:
         limits = profile.Limits(engine)
         n = 300
         out = {}
-        for what in ('commit', 'read'):
+        for what in ('commit', 'read', 'list_read'):
             _cpu, wall, _ = getattr(limits, what)(n)
             out[what + '_ms'] = round(1000 * wall / n, 4)
         return out
@@ -82,9 +84,7 @@ def one(args, backend, workdir):
     for r in doc['results']:
         if r.get('concurrency') != 1 or 'not_run' in r:
             continue
-        parts = side_by_side.LIMIT_OF.get(r['workload'])
-        limit = (parts[0] * floor_p50 + parts[1] * storage['commit_ms']
-                 + parts[2] * storage['read_ms'])
+        limit = side_by_side.limit_ms(r['workload'], floor_p50, storage)
         rows.append({'db': backend, 'workload': r['workload'],
                      'ops_per_s': r['ops_per_s'], 'p50_ms': r['p50_ms'],
                      'p99_ms': r['p99_ms'], 'errors': r['errors'],
@@ -114,9 +114,11 @@ def run(args):
                 r['errors']))
     for backend, res in out.items():
         print('\n%s: floor (no-op app, same gunicorn) p50 %s ms; one durable '
-              'commit %s ms, one indexed read %s ms (driver alone, mean)'
+              'commit %s ms, one indexed read %s ms, one read of the %d '
+              'rows dp-list lists %s ms (driver alone, mean)'
               % (backend, res['floor_p50_ms'], res['storage']['commit_ms'],
-                 res['storage']['read_ms']))
+                 res['storage']['read_ms'], profile.LIST_ROWS,
+                 res['storage']['list_read_ms']))
     print('\nload average %s → %s' % (meta['loadavg_start'][0],
                                       meta['loadavg_end'][0]))
     if args.json:

@@ -12,7 +12,9 @@ warm-up), the Python function calls per request, and beside them the
 limit: the no-op app (``cyborg.wsgi.floor``) called the same way, plus one
 durable commit (an INSERT committed on the same database with the
 service's settings, i.e. SQLite WAL with synchronous=FULL) for writes, or
-plus one indexed read (a SELECT by uuid) for reads. ``--cprofile`` prints
+plus one indexed read (a SELECT by uuid) for reads, or, for the list,
+one indexed read of as many rows as it lists (200 rows of a profile's
+width, in id order). ``--cprofile`` prints
 the functions with the most own time per workload, and the share per
 package. The figures are the server's own work only: what an HTTP server
 adds is measured by ``cyborg-bench side-by-side`` (the floor app under
@@ -49,11 +51,35 @@ WORKLOADS = ('noop', 'dp-create', 'dp-get', 'dp-delete', 'dp-list',
              'arq-create', 'boot')
 # The limit each workload is measured against: the floor plus this.
 LIMIT = {'noop': (), 'dp-create': ('commit',), 'dp-get': ('read',),
-         'dp-delete': ('commit',), 'dp-list': ('read',),
+         'dp-delete': ('commit',), 'dp-list': ('list_read',),
          'arq-create': ('commit',),
          # create (commit), GET (read), DELETE (commit)
          'boot': ('commit', 'read', 'commit')}
 REQUESTS_PER_OP = {'boot': 3}
+LIST_ROWS = 200
+
+
+def list_rows(count=LIST_ROWS):
+    """`count` rows as wide as the device profiles dp-list reads (id,
+    uuid, created_at, updated_at, name, profile_json, description), for
+    the list's limit: the read of them all is "one indexed read" of a
+    list.
+    """
+    groups = json.dumps({'groups': GROUPS})
+    return [(i + 1, str(uuid.UUID(int=i)), '2026-12-03 07:35:22.816743',
+             None, 'bench-list-%04d' % i, groups, 'cyborg-bench profile')
+            for i in range(count)]
+
+
+LIST_TABLE = ('CREATE TABLE IF NOT EXISTS bench_limit_list (id INTEGER '
+              'PRIMARY KEY, uuid VARCHAR(36), created_at VARCHAR(26), '
+              'updated_at VARCHAR(26), name VARCHAR(255), profile_json TEXT, '
+              'description TEXT)')
+LIST_INSERT = 'INSERT INTO bench_limit_list VALUES (%s)' % ', '.join(
+    ['%s'] * 7)
+LIST_SELECT = ('SELECT id, uuid, created_at, updated_at, name, profile_json, '
+               'description FROM bench_limit_list ORDER BY id LIMIT %d'
+               % LIST_ROWS)
 
 
 def environ(method, path, body=None):
@@ -290,6 +316,33 @@ class Limits:
         finally:
             raw.close()
 
+    def list_read(self, n):
+        """The SELECT of LIST_ROWS rows in id order (the primary key), on
+        the driver's connection, in a transaction of its own.
+        """
+        sqlite = self.engine.dialect.name == 'sqlite'
+        insert = LIST_INSERT.replace('%s', '?') if sqlite else LIST_INSERT
+        raw = self.engine.raw_connection()
+        try:
+            cursor = raw.driver_connection.cursor()
+            cursor.execute(LIST_TABLE)
+            cursor.execute('DELETE FROM bench_limit_list')
+            cursor.executemany(insert, list_rows())
+            raw.driver_connection.commit()
+            cursor.close()
+
+            def op(i):
+                cursor = raw.driver_connection.cursor()
+                if sqlite:
+                    cursor.execute('BEGIN')
+                cursor.execute(LIST_SELECT)
+                cursor.fetchall()
+                raw.driver_connection.commit()
+                cursor.close()
+            return measure(op, n, 20)
+        finally:
+            raw.close()
+
 
 def _by_package(st, top):
     groups = collections.Counter()
@@ -351,7 +404,7 @@ def run(args):
         limits = Limits(engine)
         n = args.requests
         base = {}
-        for what in ('floor', 'commit', 'read'):
+        for what in ('floor', 'commit', 'read', 'list_read'):
             cpu, wall, _ = getattr(limits, what)(n)
             base[what] = (cpu / n, wall / n)
         work = Workloads(call)
@@ -386,10 +439,12 @@ def run(args):
         print('\n## Server time per operation, in process (%s, %d ops%s)\n'
               % (args.db, n, ', caches cold: %d MiB touched before each'
                  % args.evict_mib if evict else ''))
+        ms = {k: tuple(1000 * x for x in v) for k, v in base.items()}
         print('floor (no-op app) %.3f ms CPU, %.3f ms wall; one durable '
-              'commit %.3f / %.3f ms; one indexed read %.3f / %.3f ms\n'
-              % tuple(1000 * x for k in ('floor', 'commit', 'read')
-                      for x in base[k]))
+              'commit %.3f / %.3f ms; one indexed read %.3f / %.3f ms; '
+              'one read of %d rows %.3f / %.3f ms\n'
+              % (ms['floor'] + ms['commit'] + ms['read'] + (LIST_ROWS,)
+                 + ms['list_read']))
         print('| workload | CPU ms/op | wall ms/op | limit CPU ms | '
               'limit wall ms | wall / limit | Python calls/op |')
         print('|---|---:|---:|---:|---:|---:|---:|')

@@ -56,6 +56,7 @@ from cyborg_harness import rabbit
 
 from cyborg_bench import hostspec
 from cyborg_bench import machine
+from cyborg_bench import profile
 
 REPO = machine.REPO
 REF_VENV = os.path.join(REPO, '.bench', 'ref-venv')
@@ -398,46 +399,81 @@ def run_all(args, p, workdir):
 
 
 # The limit of each workload at one client: the no-op app's request (on
-# the same server) per request, plus one durable commit per write and one
-# indexed read per read: (requests, commits, reads).
-LIMIT_OF = {'noop': (1, 0, 0), 'dp-create': (1, 1, 0), 'dp-get': (1, 0, 1),
-            'dp-delete': (1, 1, 0), 'dp-list': (1, 0, 1),
-            'arq-create': (1, 1, 0), 'boot': (3, 2, 1)}
+# the same server) per request, plus one durable commit per write, one
+# indexed read per read, and for the list one indexed read of the rows it
+# lists: (requests, commits, reads, list reads).
+LIMIT_OF = {'noop': (1, 0, 0, 0), 'dp-create': (1, 1, 0, 0),
+            'dp-get': (1, 0, 1, 0), 'dp-delete': (1, 1, 0, 0),
+            'dp-list': (1, 0, 0, 1), 'arq-create': (1, 1, 0, 0),
+            'boot': (3, 2, 1, 0)}
 
 
-def storage_costs(workdir, commits=300, reads=2000):
+def limit_ms(workload, floor_ms, storage):
+    """The limit p50 of `workload` from the floor's p50 and the storage
+    costs (commit_ms, read_ms, list_read_ms); None when it has none.
+    """
+    parts = LIMIT_OF.get(workload)
+    if not parts:
+        return None
+    return (parts[0] * floor_ms + parts[1] * storage['commit_ms']
+            + parts[2] * storage['read_ms']
+            + parts[3] * storage['list_read_ms'])
+
+
+def storage_costs(workdir, commits=300, reads=2000, list_reads=500):
     """p50 ms of one durable commit (INSERT + COMMIT, SQLite WAL with its
-    default synchronous=FULL, BEGIN IMMEDIATE as our writers) and of one
-    read by primary key, on a SQLite file in `workdir`, with the driver
-    alone.
+    default synchronous=FULL, BEGIN IMMEDIATE as our writers), of one
+    read by primary key and of one read of the rows dp-list lists, on a
+    SQLite file in `workdir`, with the driver alone.
     """
     import sqlite3
     path = os.path.join(workdir, 'limit.sqlite')
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute('PRAGMA journal_mode=WAL')
     conn.execute('CREATE TABLE t (k TEXT PRIMARY KEY, v TEXT)')
-    keys, commit_ms, read_ms = [], [], []
-    for _ in range(commits):
+    keys = []
+
+    def commit(i):
         key = uuid.uuid4().hex
-        started = time.perf_counter()
         conn.execute('BEGIN IMMEDIATE')
         conn.execute('INSERT INTO t VALUES (?, ?)', (key, 'x' * 200))
         conn.execute('COMMIT')
-        commit_ms.append(1000 * (time.perf_counter() - started))
         keys.append(key)
-    for i in range(reads):
-        started = time.perf_counter()
+
+    def read(i):
         conn.execute('BEGIN')
         conn.execute('SELECT v FROM t WHERE k = ?',
                      (keys[i % len(keys)],)).fetchall()
         conn.execute('COMMIT')
-        read_ms.append(1000 * (time.perf_counter() - started))
-    conn.close()
-    commit_ms.sort()
-    read_ms.sort()
-    return {'commit_p50_ms': round(commit_ms[len(commit_ms) // 2], 4),
-            'read_p50_ms': round(read_ms[len(read_ms) // 2], 4),
-            'synchronous': 'FULL (SQLite default)', 'journal_mode': 'WAL'}
+
+    def list_read(i):
+        conn.execute('BEGIN')
+        conn.execute(profile.LIST_SELECT).fetchall()
+        conn.execute('COMMIT')
+
+    conn.execute(profile.LIST_TABLE)
+    conn.execute('BEGIN')
+    conn.executemany(profile.LIST_INSERT.replace('%s', '?'),
+                     profile.list_rows())
+    conn.execute('COMMIT')
+    try:
+        return {'commit_ms': _p50_ms(commit, commits),
+                'read_ms': _p50_ms(read, reads),
+                'list_read_ms': _p50_ms(list_read, list_reads),
+                'list_rows': profile.LIST_ROWS,
+                'synchronous': 'FULL (SQLite default)', 'journal_mode': 'WAL'}
+    finally:
+        conn.close()
+
+
+def _p50_ms(op, n):
+    times = []
+    for i in range(n):
+        started = time.perf_counter()
+        op(i)
+        times.append(1000 * (time.perf_counter() - started))
+    times.sort()
+    return round(times[len(times) // 2], 4)
 
 
 def _compared(args):
@@ -548,12 +584,10 @@ def ratios(runs):
     rows = compare(runs['ours'], runs.get('reference'), floor)
     storage = runs.get('storage')
     for row in rows:
-        parts = LIMIT_OF.get(row['workload'])
-        if parts and storage and floor and floor.get('p50_ms') and \
-                row.get('ours_p50_ms'):
-            limit = (parts[0] * floor['p50_ms']
-                     + parts[1] * storage['commit_p50_ms']
-                     + parts[2] * storage['read_p50_ms'])
+        floor_ms = floor.get('p50_ms') if floor else None
+        limit = limit_ms(row['workload'], floor_ms, storage) \
+            if storage and floor_ms else None
+        if limit and row.get('ours_p50_ms'):
             row['limit_p50_ms'] = round(limit, 3)
             row['p50_over_limit'] = round(row['ours_p50_ms'] / limit, 2)
     ref_not_run = {r['workload']: r['not_run']
@@ -622,8 +656,10 @@ def markdown(rows, floor=None, storage=None):
                                         floor['p99_ms']))
     if storage:
         lines.append('One durable commit (SQLite WAL, synchronous=FULL): p50 '
-                     '%s ms; one read by primary key: p50 %s ms'
-                     % (storage['commit_p50_ms'], storage['read_p50_ms']))
+                     '%s ms; one read by primary key: p50 %s ms; one read of '
+                     'the %d rows dp-list lists: p50 %s ms'
+                     % (storage['commit_ms'], storage['read_ms'],
+                        storage['list_rows'], storage['list_read_ms']))
     return '\n'.join(lines)
 
 

@@ -217,20 +217,33 @@ def test_side_by_side_ratios_bounds_and_not_run():
 
 def test_side_by_side_limit_is_floor_plus_commits_and_reads():
     runs = {'floor': {'results': [_result('noop', 3000.0, 0.3)]},
-            'storage': {'commit_p50_ms': 0.5, 'read_p50_ms': 0.05},
+            'storage': {'commit_ms': 0.5, 'read_ms': 0.05,
+                        'list_read_ms': 0.2, 'list_rows': 200},
             'ours': {'results': [_result('dp-create', 500.0, 1.6),
                                  _result('dp-get', 1000.0, 0.7),
+                                 _result('dp-list', 500.0, 1.0),
                                  _result('boot', 100.0, 3.0)]}}
     rows = {r['workload']: r for r in side_by_side.ratios(runs)}
     assert rows['dp-create']['limit_p50_ms'] == 0.8       # floor + commit
     assert rows['dp-create']['p50_over_limit'] == 2.0
     assert rows['dp-get']['limit_p50_ms'] == 0.35         # floor + read
+    # The list: floor + one read of the rows it lists.
+    assert rows['dp-list']['limit_p50_ms'] == 0.5
     # Three requests, two commits (create, delete), one read (GET).
     assert rows['boot']['limit_p50_ms'] == pytest.approx(
         3 * 0.3 + 2 * 0.5 + 0.05)
     table = side_by_side.markdown(list(rows.values()), None,
                                   runs['storage'])
     assert '| 2.00× |' in table and 'synchronous=FULL' in table
+    assert 'the 200 rows dp-list lists: p50 0.2 ms' in table
+
+
+def test_side_by_side_storage_costs_measure_each_part(tmp_path):
+    costs = side_by_side.storage_costs(str(tmp_path), commits=5, reads=5,
+                                       list_reads=5)
+    assert costs['list_rows'] == 200
+    for key in ('commit_ms', 'read_ms', 'list_read_ms'):
+        assert costs[key] > 0
 
 
 def test_side_by_side_workloads_keep_dp_create_for_what_needs_it():
