@@ -490,7 +490,6 @@ def test_mps_client_share_handles_are_read_through_privsep(
     when that fails the clients stay listed, unattributed, and the
     agent says why once.
     """
-    monkeypatch.setitem(telemetry._handles_failed, 'why', None)
     proc = tmp_path / 'proc'
     CONF.set_override('proc_root', str(proc), group='nvidia')
     drv = _driver(host)
@@ -528,3 +527,11 @@ def test_mps_client_share_handles_are_read_through_privsep(
             if 'share handles' in r.getMessage()]
     assert said == ['Cannot read the share handles of MPS clients 4001, '
                     '4002: privsep helper not permitted']
+    # A read that works again clears it: the next failure is told again.
+    monkeypatch.setattr(privileged, 'share_handles', spy)
+    telemetry.telemetry(drv.state, GPU1)
+    assert drv.state.share_handles_failed is None
+    monkeypatch.setattr(privileged, 'share_handles', refused)
+    telemetry.telemetry(drv.state, GPU1)
+    assert len([r for r in caplog.records
+                if 'share handles' in r.getMessage()]) == 2

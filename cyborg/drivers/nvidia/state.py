@@ -28,6 +28,9 @@ class HostState:
         # driver'): discovery reports such a GPU as Initializing.
         self._changing = {}
         self._changing_lock = threading.Lock()
+        # Why the MPS clients' share handles could not be read at the last
+        # scrape, or None (telemetry warns once per change of it).
+        self.share_handles_failed = None
 
     @contextlib.contextmanager
     def changing(self, address, what):

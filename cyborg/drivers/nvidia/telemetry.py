@@ -12,15 +12,14 @@ from cyborg.drivers.nvidia import backend as nvml
 from cyborg.drivers.nvidia import privileged
 
 LOG = log.getLogger(__name__)
-# Why the MPS clients' share handles could not be read last time (logged
-# once per change, not on every scrape).
-_handles_failed = {'why': None}
 
 
-def share_handles(pids):
+def share_handles(state, pids):
     """{pid: the share handle it carries, or None}, read through the
     privsep daemon (MPS clients run as other users). A failed read leaves
-    every client unattributed, never the scrape failed.
+    every client unattributed, never the scrape failed; it is logged once
+    per change of the reason (state.share_handles_failed), not on every
+    scrape.
     """
     if not pids:
         return {}
@@ -28,12 +27,12 @@ def share_handles(pids):
         handles = privileged.share_handles(CONF.nvidia.proc_root,
                                            list(pids))
     except Exception as e:
-        if str(e) != _handles_failed['why']:
+        if str(e) != state.share_handles_failed:
             LOG.warning('Cannot read the share handles of MPS clients '
                         '%s: %s', ', '.join(str(p) for p in pids), e)
-            _handles_failed['why'] = str(e)
+            state.share_handles_failed = str(e)
         return dict.fromkeys(pids)
-    _handles_failed['why'] = None
+    state.share_handles_failed = None
     return dict(zip(pids, handles))
 
 
@@ -68,7 +67,8 @@ def telemetry(state, address):
             'memory_used': sum(sizes) if sizes or not procs else None})
     data['vgpus'] = consumers['vgpus']
     util = consumers['process_util']
-    handles = share_handles([pid for pid, _ in consumers['mps_clients']])
+    handles = share_handles(
+        state, [pid for pid, _ in consumers['mps_clients']])
     data['mps_clients'] = [
         {'pid': pid, 'memory_used': used,
          'sm_util': util.get(pid, (None, None))[0],
