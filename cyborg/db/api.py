@@ -446,6 +446,16 @@ class Session:
             self._raw.close()
             raise
 
+    @property
+    def insert_returning(self):
+        """Whether an INSERT here can give back the rows it wrote
+        (INSERT ... RETURNING: SQLite 3.35+, PostgreSQL, MariaDB 10.5+;
+        not MySQL), so that a create needs no second statement to read
+        its row's id and timestamps. The dialect knows from the server's
+        version, read when the engine first connected.
+        """
+        return self.dialect.insert_returning
+
     def execute(self, statement, params=None):
         if self._sa is None and isinstance(statement, Prepared):
             return self._run(statement, params)

@@ -29,11 +29,13 @@ BINDABLE_STATES = ('Initial', 'Unbound')
 UNBINDABLE_STATES = ('Initial', 'BindStarted', 'Bound', 'BindFailed',
                      'Unbound', 'UnbindFailed')
 
+# The ARQ's own columns of what the API answers.
+_OWN = (ARQ.c.id, ARQ.c.uuid, ARQ.c.state, ARQ.c.device_profile_group_id,
+        ARQ.c.hostname, ARQ.c.device_rp_uuid, ARQ.c.instance_uuid,
+        ARQ.c.project_id, ARQ.c.created_at, ARQ.c.updated_at,
+        ARQ.c.bind_failure)
 _SELECT = sa.select(
-    ARQ.c.id, ARQ.c.uuid, ARQ.c.state, ARQ.c.device_profile_group_id,
-    ARQ.c.hostname, ARQ.c.device_rp_uuid, ARQ.c.instance_uuid,
-    ARQ.c.project_id, ARQ.c.created_at, ARQ.c.updated_at,
-    ARQ.c.bind_failure,
+    *_OWN,
     DP.c.name.label('device_profile_name'),
     AH.c.uuid.label('attach_handle_uuid'),
     AH.c.attach_type.label('attach_handle_type'),
@@ -69,8 +71,12 @@ def create(device_profile_id, counts, project_id):
             return _insert(session, device_profile_id, counts, project_id)
     except db_exc.DBReferenceError:
         # The profile was deleted between our read and this insert.
-        raise exception.NotFound(resource='Device Profile',
-                                 msg='with id=%s' % device_profile_id)
+        raise _no_profile(device_profile_id)
+
+
+def _no_profile(device_profile_id):
+    return exception.NotFound(resource='Device Profile',
+                              msg='with id=%s' % device_profile_id)
 
 
 def create_from_profile(name, plan, project_id):
@@ -81,7 +87,8 @@ def create_from_profile(name, plan, project_id):
     try:
         with api.writer() as session:
             dp = dp_db.find_by_name(session, name)
-            return _insert(session, dp['id'], plan(dp), project_id)
+            return _insert(session, dp['id'], plan(dp), project_id,
+                           dp['name'])
     except db_exc.DBReferenceError:
         # The profile was deleted under us (a database without SQLite's
         # up-front write lock).
@@ -98,22 +105,65 @@ def _created(count):
                         .order_by(ARQ.c.id))
 
 
-def _insert(session, device_profile_id, counts, project_id):
-    uuids = []
-    values = []
-    for group_id, count in enumerate(counts):
-        for _ in range(count):
-            uuid = uuidutils.generate_uuid()
-            uuids.append(uuid)
-            values.append({'uuid': uuid, 'state': 'Initial',
-                           'device_profile_id': device_profile_id,
-                           'device_profile_group_id': group_id,
-                           'project_id': project_id})
+# The columns an ARQ is created with (the others take their defaults).
+_INSERTED = ('uuid', 'state', 'device_profile_id', 'device_profile_group_id',
+             'project_id')
+# Rows per INSERT ... RETURNING: 7 parameters each (with the defaults),
+# well below the fewest a statement may have (SQLite's 32766, since 3.32;
+# its RETURNING needs 3.35).
+_BATCH = 500
+
+
+@functools.lru_cache(maxsize=64)
+def _inserting(count):
+    """One INSERT of `count` ARQs (bound `<column>_<i>`) that gives back
+    their rows.
+    """
+    return api.Prepared(ARQ.insert().values([
+        {c: sa.bindparam('%s_%d' % (c, i)) for c in _INSERTED}
+        for i in range(count)]).returning(*_OWN))
+
+
+_NAME_OF = api.Prepared(sa.select(DP.c.name).where(
+    DP.c.id == sa.bindparam('dp_id')))
+
+
+def _insert(session, device_profile_id, counts, project_id,
+            device_profile_name=None):
+    """The new ARQs, in id order (which is group order), as a read gives
+    them; device_profile_name: their profile's, if the caller has read it.
+    """
+    values = [{'uuid': uuidutils.generate_uuid(), 'state': 'Initial',
+               'device_profile_id': device_profile_id,
+               'device_profile_group_id': group_id,
+               'project_id': project_id}
+              for group_id, count in enumerate(counts)
+              for _ in range(count)]
     if not values:
         return []
-    session.execute(_INSERT, values)
-    return [_decode(r) for r in api.rows(
-        session.execute(_created(len(uuids)), api.in_params('uuid', uuids)))]
+    if not session.insert_returning:
+        session.execute(_INSERT, values)
+        uuids = [v['uuid'] for v in values]
+        return [_decode(r) for r in api.rows(session.execute(
+            _created(len(uuids)), api.in_params('uuid', uuids)))]
+    if device_profile_name is None:
+        device_profile_name = session.execute(
+            _NAME_OF, {'dp_id': device_profile_id}).scalar()
+        if device_profile_name is None:
+            raise _no_profile(device_profile_id)
+    rows = []
+    for start in range(0, len(values), _BATCH):
+        batch = values[start:start + _BATCH]
+        rows.extend(api.rows(session.execute(
+            _inserting(len(batch)),
+            {'%s_%d' % (k, i): v[k] for i, v in enumerate(batch)
+             for k in _INSERTED})))
+    # RETURNING gives the rows in no promised order; a new ARQ has no
+    # attach handle yet.
+    rows.sort(key=lambda r: r['id'])
+    return [_decode(dict(r, device_profile_name=device_profile_name,
+                         attach_handle_uuid=None, attach_handle_type=None,
+                         attach_handle_info=None)) for r in rows]
 
 
 @functools.lru_cache(maxsize=None)

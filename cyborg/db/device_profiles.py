@@ -41,6 +41,10 @@ def _decode(row, profile=None):
 
 
 _INSERT = api.Prepared(DP.insert())
+# Where the database can, the INSERT gives the new row back itself: one
+# statement instead of an INSERT and a read. What it gives is what is
+# stored (MariaDB's DATETIME keeps whole seconds), as a read would.
+_INSERT_RETURNING = api.Prepared(DP.insert().returning(*_COLUMNS))
 # Statements built once, and compiled once per database.
 _BY = {'uuid': api.Prepared(
            sa.select(*_COLUMNS).where(DP.c.uuid == sa.bindparam('v'))),
@@ -49,12 +53,15 @@ _BY = {'uuid': api.Prepared(
 
 
 def create(uuid, name, groups, description=None):
+    values = {'uuid': uuid, 'name': name, 'description': description,
+              'profile_json': json.dumps({'groups': groups})}
     try:
         with api.writer() as session:
-            session.execute(_INSERT, {
-                'uuid': uuid, 'name': name, 'description': description,
-                'profile_json': json.dumps({'groups': groups})})
-            row = session.execute(_BY['uuid'], {'v': uuid}).one()
+            if session.insert_returning:
+                row = session.execute(_INSERT_RETURNING, values).one()
+            else:
+                session.execute(_INSERT, values)
+                row = session.execute(_BY['uuid'], {'v': uuid}).one()
     except db_exc.DBDuplicateEntry as e:
         if 'uuid' in (e.columns or []) or _exists(DP.c.uuid, uuid):
             raise exception.DeviceProfileAlreadyExists(uuid=uuid)

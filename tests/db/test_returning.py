@@ -1,0 +1,131 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Creates give back what a read of the new rows gives, whether the
+database returned them from the INSERT itself (INSERT ... RETURNING) or
+they were read back after it (a server without RETURNING: MySQL); every
+test runs both ways on every backend (the insert_returning fixture).
+"""
+
+import datetime
+
+from oslo_utils import uuidutils
+import pytest
+import sqlalchemy as sa
+
+from cyborg.common import exception
+from cyborg.db import api
+from cyborg.db import arqs
+from cyborg.db import device_profiles
+from tests.db import seed
+
+GROUPS = [{'resources:PGPU': '1'}, {'resources:CUSTOM_MIG_1G_18GB': '2'}]
+
+
+@pytest.fixture
+def statements(monkeypatch):
+    """The statements the DB layer sends, counted as they are sent."""
+    sent = []
+    execute = api.Session.execute
+
+    def counting(self, statement, params=None):
+        sent.append(statement)
+        return execute(self, statement, params)
+    monkeypatch.setattr(api.Session, 'execute', counting)
+    return sent
+
+
+def _count(table):
+    with api.reader() as session:
+        return session.execute(
+            sa.select(sa.func.count()).select_from(table)).scalar()
+
+
+def test_profile_create_answers_what_a_read_gives(insert_returning):
+    dp = device_profiles.create(uuidutils.generate_uuid(), 'dp', GROUPS,
+                                description='d')
+    assert dp == device_profiles.get_by_uuid(dp['uuid'])
+    assert dp == device_profiles.list_()[0]
+
+
+def test_arq_create_answers_what_a_read_gives(insert_returning):
+    dp = seed.profile('two-groups', GROUPS)
+    by_id = arqs.create(dp['id'], [1, 2], 'p1')
+    by_name = arqs.create_from_profile('two-groups', lambda dp: [2, 1], 'p2')
+    assert [a['device_profile_group_id'] for a in by_id + by_name] == \
+        [0, 1, 1, 0, 0, 1]
+    for arq in by_id + by_name:
+        assert arq == arqs.get(arq['uuid'])
+    assert arqs.list_() == by_id + by_name
+
+
+def test_statements_per_create(insert_returning, statements):
+    returning = insert_returning
+    seed.profile('counted')
+    del statements[:]
+    device_profiles.create(uuidutils.generate_uuid(), 'one', GROUPS)
+    # One INSERT ... RETURNING, or the INSERT and the read as before.
+    assert statements == ([device_profiles._INSERT_RETURNING] if returning
+                          else [device_profiles._INSERT,
+                                device_profiles._BY['uuid']])
+    del statements[:]
+    arqs.create_from_profile('counted', lambda dp: [3], 'p')
+    # The profile's read, then the same.
+    assert len(statements) == (2 if returning else 3)
+
+
+def test_many_arqs_are_inserted_in_batches(insert_returning, monkeypatch):
+    monkeypatch.setattr(arqs, '_BATCH', 2)
+    dp = seed.profile('many', GROUPS)
+    made = arqs.create(dp['id'], [3, 2], 'p')
+    assert [a['device_profile_group_id'] for a in made] == [0, 0, 0, 1, 1]
+    assert made == arqs.list_()
+
+
+def test_arqs_of_a_profile_gone_are_not_found_and_not_written(
+        insert_returning, monkeypatch):
+    """The multi-row INSERT fails on its foreign key: nothing of it stays,
+    and the API's 404 is what it was.
+    """
+    dp = seed.profile('real')
+    gone = dict(dp, id=dp['id'] + 1000)
+    monkeypatch.setattr(arqs.dp_db, 'find_by_name',
+                        lambda session, name: gone)
+    with pytest.raises(exception.NotFound) as e:
+        arqs.create_from_profile('real', lambda dp: [3], 'p')
+    assert e.value.code == 404
+    with pytest.raises(exception.NotFound):
+        arqs.create(gone['id'], [2], 'p')
+    assert _count(seed.ARQ) == 0
+
+
+def test_duplicate_profile_leaves_nothing_written(insert_returning):
+    first = seed.profile('taken')
+    with pytest.raises(exception.DuplicateDeviceProfileName) as e:
+        device_profiles.create(uuidutils.generate_uuid(), 'taken', GROUPS)
+    assert e.value.code == 409
+    with pytest.raises(exception.DeviceProfileAlreadyExists):
+        device_profiles.create(first['uuid'], 'other', GROUPS)
+    assert device_profiles.list_() == [first]
+    assert _count(seed.DP) == 1
+
+
+_RETURNING = api.Prepared(seed.DP.insert().returning(seed.DP.c.id,
+                                                     seed.DP.c.created_at))
+_READ = api.Prepared(sa.select(seed.DP.c.created_at).where(
+    seed.DP.c.id == sa.bindparam('id')))
+
+
+def test_returning_gives_the_stored_datetime(database):
+    """What RETURNING gives is what the row holds, as a fresh read gives
+    it: MariaDB's DATETIME keeps whole seconds of the microseconds sent.
+    """
+    if not api.get_engine().dialect.insert_returning:
+        pytest.skip('%s cannot INSERT ... RETURNING' % database.backend)
+    sent = datetime.datetime(2024, 5, 6, 7, 8, 9, 987654)
+    with api.writer() as session:
+        id_, returned = session.execute(_RETURNING, {
+            'uuid': uuidutils.generate_uuid(), 'name': 'precise',
+            'profile_json': '{"groups": []}', 'created_at': sent}).one()
+    with api.reader() as session:
+        assert session.execute(_READ, {'id': id_}).scalar() == returned
+    assert returned == (sent.replace(microsecond=0)
+                        if database.backend == 'mysql' else sent)
