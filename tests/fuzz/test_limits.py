@@ -11,6 +11,7 @@ On the wire: cheroot (cyborg-aio, the embedded servers) and gunicorn
 import io
 import json
 import socket
+import urllib.parse
 
 import pytest
 import webob
@@ -127,17 +128,48 @@ def test_a_surrogate_pair_is_an_ordinary_character(api):
     assert _request(body=body).get_response(api).status_int == 201
 
 
+def _client_fault(response):
+    """The faultstring of a Cyborg 400 body."""
+    assert response.status_int == 400, response.text
+    fault = json.loads(response.json['error_message'])
+    assert fault['faultcode'] == 'Client'
+    return fault['faultstring']
+
+
 @pytest.mark.parametrize('path,query', [
     ('/v2/device_profiles', 'name=%ff'), ('/v2/accelerator_requests',
                                           'instance=%c3%28'),
     ('/v2/device_profiles', 'name=%00'), ('/v2/device_profiles/%00', ''),
-    ('/v2/devices', '%fe=1')])
+    ('/v2/devices', '%fe=1'),
+    # Paths that are not UTF-8 once percent-decoded, with and without a
+    # query string to parse.
+    ('/v2/device_profiles/%ff', ''), ('/v2/%c3%28', ''), ('/%ff', ''),
+    ('/v2/device_profiles%ff', 'name=a')])
 def test_bad_query_strings_and_paths_are_a_400(api, path, query):
     request = _request(path, 'GET', content_type=None)
     request.environ['QUERY_STRING'] = query
-    if '%00' in path:
-        request.environ['PATH_INFO'] = path.replace('%00', '\x00')
-    assert request.get_response(api).status_int == 400
+    # PATH_INFO as a WSGI server hands it on: percent-decoded, its bytes
+    # as latin-1 characters (PEP 3333).
+    request.environ['PATH_INFO'] = urllib.parse.unquote(path, 'latin-1')
+    assert _client_fault(request.get_response(api))
+
+
+@pytest.mark.parametrize('method', ['GET', 'POST', 'DELETE'])
+def test_a_path_that_is_not_utf8_is_a_400_for_any_method(api, method):
+    request = _request('/v2/device_profiles', method,
+                       body=b'[]' if method == 'POST' else None)
+    request.environ['PATH_INFO'] = (
+        b'/v2/device_profiles/\xff'.decode('latin-1'))
+    assert _client_fault(request.get_response(api))
+
+
+def test_a_script_name_that_is_not_utf8_is_a_400(api):
+    # SCRIPT_NAME comes from the server's mount point, or from a client's
+    # X-Forwarded-Prefix when [oslo_middleware]
+    # enable_proxy_headers_parsing is on.
+    request = _request('/v2/device_profiles', 'GET', content_type=None)
+    request.environ['SCRIPT_NAME'] = '/cyborg\xff'
+    assert _client_fault(request.get_response(api))
 
 
 @pytest.mark.parametrize('content_type', [
@@ -220,6 +252,16 @@ def test_cheroot_refuses_an_oversized_request_line(served_api):
         'GET /v2/devices?x=%s HTTP/1.1\r\nHost: x\r\n\r\n'
         % ('a' * wsgi_server.MAX_HEADER_BYTES)).encode())
     assert status.startswith('HTTP/1.1 414')
+
+
+@pytest.mark.parametrize('path', ['/v2/device_profiles/%FF',
+                                  '/v2/device_profiles/\xff', '/%C3%28'])
+def test_cheroot_hands_on_a_path_that_is_not_utf8_to_be_refused(
+        served_api, path):
+    # Percent-encoded or raw, the bytes reach the app as latin-1.
+    status = _exchange(served_api, b'GET %s HTTP/1.1\r\nHost: x\r\n\r\n'
+                       % path.encode('latin-1'))
+    assert status.startswith('HTTP/1.1 400')
 
 
 def test_gunicorn_keeps_its_header_limits():
