@@ -2,9 +2,9 @@
 """Requests refused before authentication and routing.
 
 A body larger than any request of this API needs is refused unread (413),
-and input that webob or pecan would fail to parse while routing (a query
-string that is not UTF-8, a multipart or odd-charset form body) is
-answered with a client error here rather than surfacing as a 500 from
+and input that webob or pecan would fail to parse while routing (a path
+or query string that is not UTF-8, a multipart or odd-charset form body)
+is answered with a client error here rather than surfacing as a 500 from
 inside pecan. Both sit inside the error wrapper, so the answers carry the
 Cyborg fault body.
 """
@@ -76,11 +76,31 @@ def _nul():
         'The path or query string contains a NUL character.')
 
 
+def _utf8(*names):
+    """Whether webob can read these WSGI path strings (SCRIPT_NAME,
+    PATH_INFO): the server hands them on as one latin-1 character per
+    byte, and webob reads the bytes as UTF-8 (its url_encoding, which
+    nothing here changes).
+    """
+    try:
+        for name in names:
+            name.encode('latin-1').decode('utf-8')
+    except UnicodeError:
+        # A character past latin-1 (UnicodeEncodeError) is no path a WSGI
+        # server hands on, but webob fails on it just as well.
+        return False
+    return True
+
+
+_NOT_UTF8 = 'The URL path is not UTF-8 once percent-decoded.'
+
+
 class Parseable:
     """400/415 for what routing cannot parse.
 
-    Pecan reads the query string and, for form media types, the body
-    (`request.params`) before any handler runs; webob raises on bytes that
+    Pecan reads the path, the query string and, for form media types, the
+    body (`request.params`) before any handler runs, and handlers read
+    the mount prefix (SCRIPT_NAME, in links); webob raises on bytes that
     are not UTF-8, on a multipart body without a boundary and on a form in
     another charset.
     """
@@ -89,6 +109,13 @@ class Parseable:
         self.app = app
 
     def __call__(self, environ, start_response):
+        path = environ.get('PATH_INFO', '')
+        prefix = environ.get('SCRIPT_NAME', '')
+        if not (prefix + path).isascii() and not _utf8(prefix, path):
+            return _refuse(exception.Invalid(_NOT_UTF8),
+                           environ, start_response)
+        if '\x00' in path:
+            return _refuse(_nul(), environ, start_response)
         media_type = environ.get('CONTENT_TYPE', '').split(';')[0]
         media_type = media_type.strip().lower()
         if not environ.get('QUERY_STRING') and (
@@ -98,8 +125,6 @@ class Parseable:
             # No query string, and a body webob does not parse as a form
             # (webob parses a POST without a Content-Type as one): there
             # are no parameters to check.
-            if '\x00' in environ.get('PATH_INFO', ''):
-                return _refuse(_nul(), environ, start_response)
             return self.app(environ, start_response)
         if media_type.startswith('multipart/'):
             refused = UnsupportedMediaType(
@@ -114,8 +139,7 @@ class Parseable:
             return _refuse(exception.Invalid(
                 'Malformed query string or form body: %s' % e),
                 environ, start_response)
-        if '\x00' in environ.get('PATH_INFO', '') or any(
-                '\x00' in key or '\x00' in value
-                for key, value in params.items()):
+        if any('\x00' in key or '\x00' in value
+               for key, value in params.items()):
             return _refuse(_nul(), environ, start_response)
         return self.app(environ, start_response)
