@@ -12,7 +12,7 @@ from oslo_middleware import http_proxy_to_wsgi
 import pecan
 import pecan.core
 import pecan.routing
-import webob
+import webob.request
 
 from cyborg.api import errors
 from cyborg.api import guard
@@ -22,13 +22,19 @@ from cyborg.conf import CONF
 from cyborg.conf import opts
 
 
-class _Request(webob.Request):
+class _Request(webob.request.BaseRequest):
     """webob's request, not pecan's: pecan.Request only wraps every
     attribute read (some 30 a request, each a Python call) to turn
     webob's UnicodeDecodeError into a bare 400. The only client input
     webob decodes that way are the path, the mount prefix and the query
     string or form body, and guard.Parseable refuses those before routing
     with the Cyborg fault body.
+
+    Nor webob.Request's ad hoc attributes: it keeps the ones pecan sets
+    on each request (`pecan`, `context`) in the environ, for other
+    request objects made on it to see, through a Python __setattr__ and
+    __getattr__ (five calls a request). Nothing here makes another request
+    object to read them: they are plain attributes of this one.
 
     Handlers parse the JSON body themselves (base.body: a 400 for any
     malformed one). Pecan would parse it once more while routing, to pass

@@ -133,7 +133,7 @@ def version():
 def query(*allowed):
     """The request's query parameters, 400 for any not in `allowed`."""
     params = {}
-    for key, value in pecan.request.GET.items():
+    for key, value in pecan.core.state.request.GET.items():
         if key not in allowed:
             raise exception.Invalid('Unknown argument: "%s"'
                                     % exception.excerpt(key))
