@@ -10,7 +10,8 @@ MariaDB and PostgreSQL engines come from oslo.db's enginefacade, with every
 [database] option. A SQLite file gets a pooled engine of its own: oslo.db
 gives SQLite files a NullPool, i.e. a new connection per transaction, and
 opening one (the file, the schema, the pragmas below) cost about 0.5 ms,
-more than the rest of a lookup's database work.
+more than the rest of a lookup's database work. What a checkout and a
+checkin cost and guarantee (fork, dead connections): cyborg.db.pooling.
 """
 
 import contextlib
@@ -19,7 +20,6 @@ import fcntl
 import os
 import sqlite3
 import threading
-import weakref
 
 from oslo_db import exception as db_exc
 from oslo_db.sqlalchemy import enginefacade
@@ -28,6 +28,7 @@ import sqlalchemy as sa
 
 from cyborg.common import exception
 from cyborg.conf import CONF
+from cyborg.db import pooling
 
 _LOCK = threading.Lock()
 # (connection URL, engine or None until first used)
@@ -159,8 +160,13 @@ def _create_engine(url):
         sqlite_fk=True,
         max_pool_size=CONF.database.max_pool_size,
         max_overflow=CONF.database.max_overflow,
-        pool_timeout=CONF.database.pool_timeout)
-    return facade.writer.get_engine()
+        pool_timeout=CONF.database.pool_timeout,
+        # oslo.db's checkin listener yields to other greenthreads
+        # (time.sleep(0)); nothing here runs on eventlet.
+        thread_checkin=False)
+    engine = facade.writer.get_engine()
+    pooling.guard(engine, ping=True)
+    return engine
 
 
 def _sqlite_file_engine(url):
@@ -168,7 +174,7 @@ def _sqlite_file_engine(url):
     (DBDuplicateEntry, DBReferenceError, ...).
     """
     engine = sa.create_engine(
-        url, poolclass=sa.pool.QueuePool,
+        url, poolclass=pooling.Pool,
         pool_size=CONF.database.max_pool_size or 5,
         max_overflow=CONF.database.max_overflow or 0,
         pool_timeout=CONF.database.pool_timeout or 30)
@@ -200,19 +206,7 @@ def _sqlite_file_engine(url):
     def end(conn):
         conn.info.pop('in_transaction', None)
 
-    @sa.event.listens_for(engine, 'checkin')
-    def checkin(dbapi_conn, record):
-        record.info.pop('in_transaction', None)
-
-    # A forked child (a gunicorn or uWSGI worker of a pre-loaded app) must
-    # not share its parent's connections.
-    ref = weakref.ref(engine)
-
-    def after_fork():
-        forked = ref()
-        if forked is not None:
-            forked.dispose(close=False)
-    os.register_at_fork(after_in_child=after_fork)
+    pooling.guard(engine, ping=False)
     return engine
 
 

@@ -1,0 +1,197 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What a transaction pays to take a pooled connection and give it back,
+and what the pool guarantees for it.
+
+Every transaction checks a connection out of the engine's pool and back
+in (cyborg.db.api.Session). Per checkout, one listener (guard()) does what
+oslo.db's process guard and SQLAlchemy's pre-ping did, for less:
+
+- Fork: a connection opened by another process (a worker forked from a
+  parent that had connections) is never used. os.register_at_fork()
+  empties the pool in the child, but uWSGI runs those hooks only with
+  py-call-uwsgi-fork-hooks, so every checkout also compares the pid. Such
+  a connection is dropped, not closed: closing it would end the parent's
+  session on the server (oslo.db's guard closed it).
+- A dead connection (MariaDB, PostgreSQL): SQLAlchemy's pre-ping was a
+  round trip per transaction. A server that ends a session (KILL,
+  pg_terminate_backend, a restart, wait_timeout, a proxy's timeout) closes
+  its socket, which a zero-timeout poll() sees, so a connection is pinged
+  when its socket has something to read, and when it sat unused for more
+  than IDLE_PING seconds: a peer can also lose the session without a word
+  (a host that rebooted, an address that moved to another host), which
+  no socket shows, but that takes seconds, and a connection used in the
+  meantime failed then. A failed ping invalidates the pool, as the
+  pre-ping did, and the transaction gets a new connection.
+
+The pool itself stays SQLAlchemy's QueuePool (size, overflow, timeout,
+recycle, dispose). The SQLite file engine, which is ours, keeps its idle
+connections in a queue.SimpleQueue (Pool below); oslo.db builds the
+MariaDB and PostgreSQL engines with their pools.
+"""
+
+import os
+import queue
+import select
+import threading
+import time
+import weakref
+
+import sqlalchemy as sa
+from sqlalchemy.util import queue as sa_queue
+
+# A connection unused for longer than this is pinged before use even when
+# its socket shows nothing (seconds). Under load a pooled connection is
+# back in use within milliseconds; below one transaction a second per
+# connection, each is pinged as before.
+IDLE_PING = 1.0
+
+# oslo.db's listeners that guard() makes redundant, removed when found.
+_SUPERSEDED = (
+    # Its process guard: the pid check above (which closed the connection).
+    ('checkout', '_add_process_guards.<locals>.checkout'),
+    # It clears the exception that made a savepoint roll back, which it
+    # keeps on the connection; cyborg uses no savepoints (and its commit
+    # and rollback listeners clear it too).
+    ('checkin', 'register_engine.<locals>.pop_exc_checkin'),
+)
+
+_PID = 'cyborg_pid'
+_USED = 'cyborg_used'
+_POLL = 'cyborg_poll'
+
+
+class _IdleConnections(sa_queue.QueueCommon):
+    """A pool's idle connections, on the C-implemented queue.SimpleQueue
+    (SQLAlchemy's queue is Python under a condition variable: some twenty
+    calls per checkout and checkin). First in, first out; a put never
+    blocks (QueuePool closes the connection it cannot keep).
+    """
+
+    use_lifo = False
+
+    def __init__(self, maxsize=0, use_lifo=False):
+        if use_lifo:
+            raise ValueError('pool_use_lifo is not supported')
+        self.maxsize = maxsize
+        self._idle = queue.SimpleQueue()
+        # Only puts take it: a get only makes room, so the size a put sees
+        # under it is never too small and the pool never keeps more than
+        # `maxsize` idle.
+        self._adding = threading.Lock()
+
+    def empty(self):
+        return self._idle.empty()
+
+    def full(self):
+        return 0 < self.maxsize <= self._idle.qsize()
+
+    def qsize(self):
+        return self._idle.qsize()
+
+    def put(self, item, block=True, timeout=None):
+        with self._adding:
+            if 0 < self.maxsize <= self._idle.qsize():
+                raise sa_queue.Full()
+            self._idle.put(item)
+
+    def put_nowait(self, item):
+        self.put(item, False)
+
+    def get(self, block=True, timeout=None):
+        try:
+            return self._idle.get(block, timeout)
+        except queue.Empty:
+            raise sa_queue.Empty() from None
+
+    def get_nowait(self):
+        return self.get(False)
+
+
+class Pool(sa.pool.QueuePool):
+    """QueuePool (its limits, timeout, recycle and dispose unchanged) with
+    its idle connections in _IdleConnections.
+    """
+
+    _queue_class = _IdleConnections
+    # Its log lines under QueuePool's logger, as before (oslo.log sets
+    # sqlalchemy's level), not cyborg's.
+    _sqla_logger_namespace = 'sqlalchemy.pool.impl.QueuePool'
+
+
+def _socket(dbapi_conn):
+    """A poll() object for the connection's socket, or None for a driver
+    whose socket we cannot see (its connections are always pinged).
+    """
+    if hasattr(dbapi_conn, 'fileno'):             # psycopg2
+        fd = dbapi_conn.fileno()
+    else:
+        sock = getattr(dbapi_conn, '_sock', None)  # PyMySQL
+        if sock is None:
+            return None
+        fd = sock.fileno()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return poller
+
+
+def guard(engine, ping):
+    """Install the checkout listener on `engine`; `ping`: look after dead
+    connections (the engine's own pre-ping is turned off).
+    """
+    dialect = engine.dialect
+
+    @sa.event.listens_for(engine, 'connect')
+    def connect(dbapi_conn, record):
+        info = record.info
+        info[_PID] = os.getpid()
+        if ping:
+            info[_USED] = time.monotonic()
+            info[_POLL] = _socket(dbapi_conn)
+
+    # First among the checkout listeners: none runs on another process's
+    # connection.
+    @sa.event.listens_for(engine, 'checkout', insert=True)
+    def checkout(dbapi_conn, record, fairy):
+        info = record.info
+        if info[_PID] != os.getpid():
+            # Forget it without closing it; SQLAlchemy opens a new one.
+            record.dbapi_connection = fairy.dbapi_connection = None
+            raise sa.exc.DisconnectionError(
+                'connection of process %d, not reused in process %d'
+                % (info[_PID], os.getpid()))
+        if not ping:
+            return
+        # Unused since its previous checkout (its transaction included:
+        # a long one only makes the next ping likelier).
+        now = time.monotonic()
+        idle = now - info[_USED]
+        info[_USED] = now
+        poller = info[_POLL]
+        if idle > IDLE_PING or poller is None or poller.poll(0):
+            # The pre-ping's own call: the same error translation (oslo.db
+            # counts more errors as a lost connection) and outcome.
+            if not dialect._do_ping_w_event(dbapi_conn):
+                raise sa.exc.InvalidatePoolError(
+                    'the database closed the connection')
+
+    if ping:
+        # The listener above pings when needed; this was every checkout.
+        engine.pool._pre_ping = False
+    for event, name in _SUPERSEDED:
+        for listener in list(getattr(engine.pool.dispatch, event)):
+            if (getattr(listener, '__module__', '').startswith('oslo_db.')
+                    and listener.__qualname__ == name):
+                sa.event.remove(engine, event, listener)
+    # Connections opened before these listeners (oslo.db tests one when it
+    # creates the engine) are closed; a new pool keeps the settings above.
+    engine.dispose()
+
+    # A forked child (a gunicorn or uWSGI worker of a pre-loaded app)
+    # starts with an empty pool, its parent's connections left alone.
+    ref = weakref.ref(engine)
+
+    def after_fork():
+        forked = ref()
+        if forked is not None:
+            forked.dispose(close=False)
+    os.register_at_fork(after_in_child=after_fork)
