@@ -12,6 +12,7 @@ from oslo_middleware import http_proxy_to_wsgi
 import pecan
 import pecan.core
 import pecan.routing
+import webob.exc
 import webob.request
 
 from cyborg.api import errors
@@ -48,6 +49,17 @@ class _Request(webob.request.BaseRequest):
     @property
     def json(self):
         return {}
+
+    def encget(self, key, default=webob.request.NoDefault, encattr=None):
+        # How webob reads the path and the mount prefix. guard.Parseable
+        # refuses what it cannot decode before routing; a paste pipeline
+        # that leaves that filter out still answers 400, not 500.
+        try:
+            return super().encget(key, default, encattr)
+        except UnicodeError:
+            raise webob.exc.HTTPBadRequest(
+                body=errors.fault_body(400, guard.NOT_UTF8).encode(),
+                content_type='application/json', charset='utf-8') from None
 
 
 class _Pecan(pecan.Pecan):

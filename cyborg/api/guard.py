@@ -92,7 +92,7 @@ def _utf8(*names):
     return True
 
 
-_NOT_UTF8 = 'The URL path is not UTF-8 once percent-decoded.'
+NOT_UTF8 = 'The URL path is not UTF-8 once percent-decoded.'
 
 
 class Parseable:
@@ -112,7 +112,7 @@ class Parseable:
         path = environ.get('PATH_INFO', '')
         prefix = environ.get('SCRIPT_NAME', '')
         if not (prefix + path).isascii() and not _utf8(prefix, path):
-            return _refuse(exception.Invalid(_NOT_UTF8),
+            return _refuse(exception.Invalid(NOT_UTF8),
                            environ, start_response)
         if '\x00' in path:
             return _refuse(_nul(), environ, start_response)
