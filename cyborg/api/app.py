@@ -29,7 +29,8 @@ class _Request(webob.request.BaseRequest):
     webob's UnicodeDecodeError into a bare 400. The only client input
     webob decodes that way are the path, the mount prefix and the query
     string or form body, and guard.Parseable refuses those before routing
-    with the Cyborg fault body.
+    with the Cyborg fault body (encget() below does the same for a path
+    when a paste pipeline leaves that filter out).
 
     Nor webob.Request's ad hoc attributes: it keeps the ones pecan sets
     on each request (`pecan`, `context`) in the environ, for other
