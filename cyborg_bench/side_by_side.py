@@ -38,6 +38,7 @@ new request after --time-limit seconds, and what finished is reported.
 See docs/benchmarks/side-by-side.md for a run's figures.
 """
 
+import argparse
 import http.server
 import json
 import os
@@ -57,6 +58,8 @@ from cyborg_harness import rabbit
 from cyborg_bench import hostspec
 from cyborg_bench import machine
 from cyborg_bench import profile
+from cyborg_bench import rounds
+from cyborg_bench import stats
 
 REPO = machine.REPO
 REF_VENV = os.path.join(REPO, '.bench', 'ref-venv')
@@ -398,6 +401,150 @@ def run_all(args, p, workdir):
     return runs
 
 
+def run_rounds(args, p, workdir):
+    """--rounds N: the floor, ours and the reference all up at once, the
+    one-client workloads measured N times with requests/N operations,
+    alternating which side goes first; per round the floor and the
+    storage costs just before. Then the reference's big lookups and ours
+    under concurrency, once.
+    """
+    n = args.rounds
+    small = [s for s in p['sizes'] if s <= 10000]
+    per_round = dict(p, requests=max(1, p['requests'] // n))
+    runs = {'rounds': []}
+    procs = []
+    vhost = None
+    stub = PlacementStub()
+    try:
+        floor, floor_url = uwsgi('floor-uwsgi', workdir, OUR_VENV,
+                                 'cyborg.wsgi.floor:application',
+                                 args.workers)
+        procs.append(floor)
+        compared = _compared(args)
+        api, url, db_url = start_ours(workdir, args.workers)
+        procs.append(api)
+        sides = {'ours': lambda name: bench(
+            name, url, workdir, compared, args,
+            common_args(per_round, p['time_limit'], p['sizes'])
+            + ['--seed-db', db_url])}
+        if not args.skip_reference:
+            vhost = rabbit.VirtualHost(prefix='cyborg-bench')
+            ref_api, conductor, ref_url, ref_db, schema = start_reference(
+                workdir, args.workers, stub, vhost.url)
+            procs += [ref_api, conductor]
+
+            def reference(name):
+                doc = bench(name, ref_url, workdir,
+                            compared + (['bind'] if args.aio else []), args,
+                            common_args(per_round, p['ref_time_limit'], small)
+                            + ['--seed-db', ref_db, '--no-bind-reason',
+                               NO_BIND])
+                doc['meta']['schema'] = schema
+                return doc
+            sides['reference'] = reference
+
+        for i in range(1, n + 1):
+            # Odd rounds ours first, even ones the reference: a drift
+            # during a round favours each side equally often.
+            order = [s for s in (('ours', 'reference') if i % 2 else
+                                 ('reference', 'ours')) if s in sides]
+            log('round %d of %d: %s' % (i, n, ' then '.join(order)))
+            rnd = {'round': i, 'order': order}
+            d = os.path.join(workdir, 'round-%d' % i)
+            os.makedirs(d)
+            rnd['floor'] = bench('floor-r%d' % i, floor_url, d, ['noop'],
+                                 args, common_args(per_round, p['time_limit'],
+                                                   p['sizes']))
+            rnd['storage'] = storage_costs(d)
+            for side in order:
+                rnd[side] = sides[side]('%s-r%d' % (side, i))
+            runs['rounds'].append(rnd)
+        floor.stop()
+
+        if 'reference' in sides:
+            for size in (p['sizes'][len(small):]
+                         if 'lookup' in compared else []):
+                # Minutes per request: once, after the rounds (as
+                # run_all does); every round is compared with it.
+                big = bench('reference-%d' % size, ref_url, workdir,
+                            ['lookup'], args,
+                            ['--requests', '1', '--warmup', '0',
+                             '--sizes', str(size), '--request-timeout',
+                             str(args.ref_request_timeout),
+                             '--seed-db', ref_db])
+                for r in big['results']:
+                    r['timeout_s'] = args.ref_request_timeout
+                runs.setdefault('reference-large', {'results': []})[
+                    'results'] += big['results']
+            ref_api.stop()
+            conductor.stop()
+
+        runs['ours-concurrency'] = bench(
+            'ours-concurrency', url, workdir,
+            [w for w in ('dp-create', 'dp-get', 'dp-list', 'arq-create',
+                         'lookup', 'boot') if w in compared], args,
+            common_args(p, p['time_limit'], p['sizes'][:1])
+            + ['--seed-db', db_url, '--concurrency',
+               ','.join(map(str, p['concurrency'][1:]))])
+        api.stop()
+
+        if args.aio:
+            runs['ours-aio'] = bench_aio(args, p, workdir)
+    finally:
+        for proc in procs:
+            proc.stop()
+        stub.stop()
+        if vhost is not None:
+            vhost.delete()
+    return runs
+
+
+def round_rows(runs):
+    """--rounds: the merged rows (medians, each round's figures in its
+    'rounds'), then bind and boot on cyborg-aio.
+    """
+    per_round = []
+    for rnd in runs['rounds']:
+        one = {k: rnd[k] for k in ('floor', 'storage', 'ours') if k in rnd}
+        if 'reference' in rnd:
+            one['reference'] = dict(rnd['reference'], results=(
+                rnd['reference']['results']
+                + runs.get('reference-large', {}).get('results', [])))
+        per_round.append(one_client_rows(one))
+    orders = [rnd['order'] for rnd in runs['rounds']]
+    return rounds.merge(per_round, orders) + aio_rows(runs)
+
+
+def round_figures(runs):
+    """(median floor, median storage costs, each round's first side,
+    floor p50 and commit p50) of --rounds runs.
+    """
+    floors = [_index(rnd['floor']).get(('noop', None, 1)) or {}
+              for rnd in runs['rounds']]
+    floor = {k: round(v, 3) for k, v in rounds.median_of(
+        floors, ('ops_per_s', 'p50_ms', 'p99_ms')).items()}
+    storages = [rnd['storage'] for rnd in runs['rounds']]
+    storage = dict(storages[0], **{
+        k: round(v, 4) for k, v in rounds.median_of(
+            storages, ('commit_ms', 'read_ms', 'list_read_ms')).items()})
+    each = [{'first': rnd['order'][0], 'floor_p50_ms': f.get('p50_ms'),
+             'commit_ms': rnd['storage']['commit_ms']}
+            for rnd, f in zip(runs['rounds'], floors)]
+    return (floor if 'ops_per_s' in floor else None), storage, each
+
+
+def _documents(runs):
+    """Every cyborg-bench load document in `runs`."""
+    for key, doc in runs.items():
+        if key == 'rounds':
+            for rnd in doc:
+                yield from (rnd[side] for side in ('floor', 'ours',
+                                                   'reference')
+                            if side in rnd)
+        else:
+            yield doc
+
+
 # The limit of each workload at one client: the no-op app's request (on
 # the same server) per request, plus one durable commit per write, one
 # indexed read per read, and for the list one indexed read of the rows it
@@ -580,6 +727,13 @@ def ratios(runs):
     """The side-by-side rows: one client, ours vs reference, plus bind and
     the bound boot flow on cyborg-aio (the reference: not run).
     """
+    return one_client_rows(runs) + aio_rows(runs)
+
+
+def one_client_rows(runs):
+    """compare() of runs' ours and reference, each row with its limit
+    from runs' floor and storage costs.
+    """
     floor = _index(runs['floor']).get(('noop', None, 1))
     rows = compare(runs['ours'], runs.get('reference'), floor)
     storage = runs.get('storage')
@@ -590,10 +744,15 @@ def ratios(runs):
         if limit and row.get('ours_p50_ms'):
             row['limit_p50_ms'] = round(limit, 3)
             row['p50_over_limit'] = round(row['ours_p50_ms'] / limit, 2)
+    return rows
+
+
+def aio_rows(runs):
+    """Bind and the bound boot flow on cyborg-aio (ours only)."""
     ref_not_run = {r['workload']: r['not_run']
-                   for r in runs.get('reference', {}).get('results', [])
-                   if 'not_run' in r}
+                   for r in _reference_results(runs) if 'not_run' in r}
     aio = _index(runs['ours-aio']) if 'ours-aio' in runs else {}
+    rows = []
     for name in ('bind', 'boot'):
         mine = aio.get((name, None, 1))
         if mine:
@@ -607,9 +766,11 @@ def ratios(runs):
     return rows
 
 
-def _num(x):
-    """3 significant digits below 100, whole numbers above."""
-    return '%.3g' % x if x < 100 else '{:,}'.format(round(x))
+def _reference_results(runs):
+    if 'rounds' in runs:
+        return [r for rnd in runs['rounds']
+                for r in rnd.get('reference', {}).get('results', [])]
+    return runs.get('reference', {}).get('results', [])
 
 
 def markdown(rows, floor=None, storage=None):
@@ -620,11 +781,11 @@ def markdown(rows, floor=None, storage=None):
              '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:'
              '|---:|']
     for r in rows:
-        ratio = '%s×' % _num(r['ratio']) if 'ratio' in r else '–'
-        p50_ratio = ('%s×' % _num(r['p50_ratio']) if 'p50_ratio' in r
+        ratio = '%s×' % stats.num(r['ratio']) if 'ratio' in r else '–'
+        p50_ratio = ('%s×' % stats.num(r['p50_ratio']) if 'p50_ratio' in r
                      else '–')
         if 'ref_ops_per_s' in r:
-            ref = '%s | %s | %s' % (_num(r['ref_ops_per_s']),
+            ref = '%s | %s | %s' % (stats.num(r['ref_ops_per_s']),
                                     r['ref_p50_ms'], r['ref_p99_ms'])
             if r['ref_time_capped']:
                 ref += ' (%d done, time cap)' % r['ref_ok']
@@ -643,7 +804,8 @@ def markdown(rows, floor=None, storage=None):
         lines.append(
             '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
                 name, '{:,}'.format(r['rows']) if r['rows'] else '',
-                _num(r['ours_ops_per_s']), r['ours_p50_ms'], r['ours_p99_ms'],
+                stats.num(r['ours_ops_per_s']), r['ours_p50_ms'],
+                r['ours_p99_ms'],
                 ref, ratio, p50_ratio,
                 '%.0f%%' % (100 * r['share_of_floor'])
                 if 'share_of_floor' in r else '',
@@ -661,6 +823,13 @@ def markdown(rows, floor=None, storage=None):
                      % (storage['commit_ms'], storage['read_ms'],
                         storage['list_rows'], storage['list_read_ms']))
     return '\n'.join(lines)
+
+
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError('%s: must be 1 or more' % text)
+    return value
 
 
 def add_arguments(parser):
@@ -681,6 +850,14 @@ def add_arguments(parser):
     parser.add_argument('--no-aio', dest='aio', action='store_false',
                         help='skip bind and the bound boot flow '
                              '(cyborg-aio)')
+    parser.add_argument('--rounds', type=_positive, default=1,
+                        metavar='N',
+                        help='N interleaved rounds: both servers up at '
+                             'once, the one-client workloads measured N '
+                             'times with requests/N operations each, the '
+                             'side that goes first alternating; the table '
+                             'shows medians (default 1: one run of each, '
+                             'one after the other)')
     parser.add_argument('--json', metavar='FILE')
     parser.add_argument('--keep', action='store_true',
                         help='keep the temp dir (logs, databases)')
@@ -699,8 +876,11 @@ def run(args):
         'reference': versions and {'openstack-cyborg': versions[0],
                                    'uwsgi': versions[1]},
     })
+    if args.rounds > 1:
+        meta.update(rounds=args.rounds,
+                    requests_per_round=max(1, p['requests'] // args.rounds))
     try:
-        runs = run_all(args, p, workdir)
+        runs = (run_rounds if args.rounds > 1 else run_all)(args, p, workdir)
     finally:
         if args.keep:
             log('kept %s' % workdir)
@@ -708,10 +888,19 @@ def run(args):
             shutil.rmtree(workdir, ignore_errors=True)
     meta['loadavg_end'] = machine.loadavg()
     meta['seconds'] = round(time.perf_counter() - started, 1)
-    rows = ratios(runs)
-    floor = _index(runs['floor']).get(('noop', None, 1))
-    print('\n## Side by side (one client; ratio = ours / reference)\n')
-    print(markdown(rows, floor, runs.get('storage')))
+    if args.rounds > 1:
+        rows = round_rows(runs)
+        floor, storage, each = round_figures(runs)
+        print('\n## Side by side (one client; median of %d rounds; ratio = '
+              'ours / reference)\n' % args.rounds)
+        print(markdown(rows, floor, storage))
+        print('\n### Each round\n')
+        print(rounds.table(rows, each))
+    else:
+        rows = ratios(runs)
+        floor = _index(runs['floor']).get(('noop', None, 1))
+        print('\n## Side by side (one client; ratio = ours / reference)\n')
+        print(markdown(rows, floor, runs.get('storage')))
 
     print('\nload average %s → %s; %.0f s in all'
           % (meta['loadavg_start'][0], meta['loadavg_end'][0],
@@ -721,6 +910,6 @@ def run(args):
             json.dump({'meta': meta, 'side_by_side': rows, 'runs': runs},
                       f, indent=2)
     # Wrong answers; a reference lookup that ran past its bound is not one.
-    failed = sum(r.get('errors', 0) for doc in runs.values()
+    failed = sum(r.get('errors', 0) for doc in _documents(runs)
                  for r in doc.get('results', []) if not r.get('timeout_s'))
     return 1 if failed else 0

@@ -23,3 +23,8 @@ def fmt(summary, key, digits=1):
     """One figure of a summary for a Markdown table ('—' when absent)."""
     value = summary.get(key)
     return '—' if value is None else '%.*f' % (digits, value)
+
+
+def num(x):
+    """3 significant digits below 100, whole numbers above."""
+    return '%.3g' % x if x < 100 else '{:,}'.format(round(x))

@@ -21,6 +21,7 @@ from cyborg_bench import cli
 from cyborg_bench import client
 from cyborg_bench import hostspec
 from cyborg_bench import load
+from cyborg_bench import rounds
 from cyborg_bench import side_by_side
 from cyborg_bench import soak
 from cyborg_bench import stats
@@ -236,6 +237,146 @@ def test_side_by_side_limit_is_floor_plus_commits_and_reads():
                                   runs['storage'])
     assert '| 2.00× |' in table and 'synchronous=FULL' in table
     assert 'the 200 rows dp-list lists: p50 0.2 ms' in table
+
+
+def _rounds_runs():
+    """Three rounds in which the medians of the ratios differ from the
+    ratios of the medians; the reference's 100k lookup ran past its bound
+    once, after the rounds.
+    """
+    sides = (('ours', 'reference'), ('reference', 'ours'),
+             ('ours', 'reference'))
+    rounds = []
+    for n, (floor_ms, commit_ms, ours, ref, lookup) in enumerate([
+            (0.3, 0.5, (500.0, 2.0), (25.0, 40.0), (400.0, 2.5)),
+            (0.4, 0.6, (400.0, 2.5), (50.0, 20.0), (500.0, 2.0)),
+            (0.5, 0.4, (600.0, 1.6), (40.0, 30.0), (450.0, 2.2))]):
+        mine = [_result('dp-create', *ours, errors=int(n == 1)),
+                _result('lookup', *lookup, rows=100000)]
+        rounds.append({
+            'round': n + 1, 'order': list(sides[n]),
+            'floor': {'results': [_result('noop', 1 / floor_ms * 1000,
+                                          floor_ms)]},
+            'storage': {'commit_ms': commit_ms, 'read_ms': 0.05,
+                        'list_read_ms': 0.2, 'list_rows': 200},
+            'ours': {'results': mine},
+            'reference': {'results': [
+                _result('dp-create', *ref),
+                {'workload': 'bind', 'not_run': 'no agent'}]}})
+    return {'rounds': rounds,
+            'reference-large': {'results': [
+                _result('lookup', 0.0, None, rows=100000, ok=0,
+                        timeout_s=240)]},
+            'ours-aio': {'results': [_result('bind', 40.0, 25.0)]}}
+
+
+def test_side_by_side_rounds_report_medians_of_each_rounds_ratios():
+    runs = _rounds_runs()
+    rows = {r['workload']: r for r in side_by_side.round_rows(runs)}
+    create = rows['dp-create']
+    # Each round's ratio: 20, 8, 15; their median, not 500/40 = 12.5.
+    assert [r['ratio'] for r in create['rounds']] == [20.0, 8.0, 15.0]
+    assert create['ratio'] == 15.0
+    # Reference p50 / ours p50: 20, 8, 18.75 (not 30/2.0 = 15).
+    assert create['p50_ratio'] == 18.8
+    assert (create['ours_ops_per_s'], create['ours_p50_ms'],
+            create['ref_ops_per_s'], create['ref_p50_ms']) == (
+        500.0, 2.0, 40.0, 30.0)
+    # Each round its own limit: its floor plus its commit.
+    assert [r['limit_p50_ms'] for r in create['rounds']] == [0.8, 1.0, 0.9]
+    assert [r['p50_over_limit'] for r in create['rounds']] == [
+        2.5, 2.5, 1.78]
+    assert create['p50_over_limit'] == 2.5
+    assert create['limit_p50_ms'] == 0.9
+    assert create['ours_errors'] == 1          # summed, not a median
+    assert create['ref_time_capped'] is False
+    assert [r['first'] for r in create['rounds']] == [
+        'ours', 'reference', 'ours']
+    # The one bounded reference lookup against each round of ours.
+    lookup = rows['lookup']
+    assert lookup['ref_timed_out_s'] == 240
+    assert [r['ratio_at_least'] for r in lookup['rounds']] == [
+        96000, 120000, 108000]
+    assert lookup['ratio_at_least'] == 108000
+    assert 'rounds' not in rows['bind (bound, cyborg-aio)']
+    assert rows['bind (bound, cyborg-aio)']['ref_not_run'] == 'no agent'
+    table = side_by_side.markdown(list(rows.values()))
+    assert '| 15× | 18.8× |' in table and '> 108000×' in table
+
+
+def test_side_by_side_rounds_table_shows_each_round():
+    runs = _rounds_runs()
+    rows = side_by_side.round_rows(runs)
+    floor, storage, each = side_by_side.round_figures(runs)
+    assert floor['p50_ms'] == 0.4 and storage['commit_ms'] == 0.5
+    assert storage['list_rows'] == 200
+    assert each == [
+        {'first': 'ours', 'floor_p50_ms': 0.3, 'commit_ms': 0.5},
+        {'first': 'reference', 'floor_p50_ms': 0.4, 'commit_ms': 0.6},
+        {'first': 'ours', 'floor_p50_ms': 0.5, 'commit_ms': 0.4}]
+    table = rounds.table(rows, each)
+    assert ('| dp-create |  | 20×, 8×, 15× | 20×, 8×, 18.8× '
+            '| 2.50×, 2.50×, 1.78× |') in table
+    assert '| lookup | 100,000 | > 96000×, > 120000×, > 108000× |' in table
+    assert '| 2 | reference | 0.4 | 0.6 |' in table
+    assert 'bind (bound' not in table
+
+
+def test_side_by_side_one_round_merges_to_its_own_rows():
+    runs = {'floor': {'results': [_result('noop', 3000.0, 0.3)]},
+            'storage': {'commit_ms': 0.5, 'read_ms': 0.05,
+                        'list_read_ms': 0.2, 'list_rows': 200},
+            'ours': {'results': [_result('dp-create', 500.0, 1.6),
+                                 _result('dp-list', 500.0, 1.0,
+                                         rows=200, listed=200)]},
+            'reference': {'results': [_result('dp-create', 60.0, 13.0),
+                                      _result('dp-list', 50.0, 9.5,
+                                              rows=200, listed=200)]}}
+    rows = side_by_side.ratios(runs)
+    merged = rounds.merge([rows])
+    assert [r.pop('rounds') for r in merged] == [
+        [dict({'round': 1}, **{k: r[k] for k in rounds.PER_ROUND if k in r})
+         for r in [row]] for row in rows]
+    assert merged == rows
+
+
+@pytest.mark.parametrize('argv, heading', [
+    ([], '## Side by side (one client; ratio = ours / reference)\n'),
+    (['--rounds', '1'],
+     '## Side by side (one client; ratio = ours / reference)\n'),
+    (['--rounds', '3'], '## Side by side (one client; median of 3 rounds; '
+                        'ratio = ours / reference)\n'),
+])
+def test_side_by_side_rounds_1_is_one_run_of_each(
+        argv, heading, tmp_path, monkeypatch, capsys):
+    one = {'floor': {'results': [_result('noop', 3000.0, 0.3)]},
+           'storage': {'commit_ms': 0.5, 'read_ms': 0.05,
+                       'list_read_ms': 0.2, 'list_rows': 200},
+           'ours': {'results': [_result('dp-create', 500.0, 1.6)]},
+           'reference': {'results': [_result('dp-create', 60.0, 13.0)]}}
+    monkeypatch.setattr(side_by_side, 'run_all', lambda *a: one)
+    monkeypatch.setattr(side_by_side, 'run_rounds',
+                        lambda *a: _rounds_runs())
+    out = tmp_path / 'sbs.json'
+    args = cli.parser().parse_args(['side-by-side', '--skip-reference',
+                                    '--json', str(out)] + argv)
+    # The rounds' runs have a wrong answer in round 2: the exit status
+    # counts every round's documents.
+    assert side_by_side.run(args) == (1 if '3' in argv else 0)
+    doc = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    assert heading in printed
+    if '3' in argv:
+        assert doc['meta']['rounds'] == 3
+        assert doc['meta']['requests_per_round'] == 100
+        assert len(doc['side_by_side'][0]['rounds']) == 3
+        assert len(doc['runs']['rounds']) == 3
+        assert '### Each round' in printed
+    else:
+        assert 'rounds' not in doc['meta']
+        assert doc['side_by_side'] == side_by_side.ratios(one)
+        assert doc['runs'] == one
+        assert 'round' not in printed.replace(heading, '')
 
 
 def test_side_by_side_storage_costs_measure_each_part(tmp_path):
