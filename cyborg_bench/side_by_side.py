@@ -33,6 +33,11 @@ One command::
    Keystone catalog).
 6. Prints the table of ratios and writes everything as JSON.
 
+With --rounds N the three servers are up at once and the one-client
+workloads alternate between ours and the reference over N rounds of
+requests/N operations, each round with its own floor; the table shows
+medians (cyborg_bench/rounds.py).
+
 The reference's slow workloads are bounded by time: a measurement starts no
 new request after --time-limit seconds, and what finished is reported.
 See docs/benchmarks/side-by-side.md for a run's figures.
@@ -452,7 +457,7 @@ def run_rounds(args, p, workdir):
             rnd = {'round': i, 'order': order}
             d = os.path.join(workdir, 'round-%d' % i)
             os.makedirs(d)
-            rnd['floor'] = bench('floor-r%d' % i, floor_url, d, ['noop'],
+            rnd['floor'] = bench('floor-r%d' % i, floor_url, workdir, ['noop'],
                                  args, common_args(per_round, p['time_limit'],
                                                    p['sizes']))
             rnd['storage'] = storage_costs(d)
