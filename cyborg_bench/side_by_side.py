@@ -335,15 +335,71 @@ def common_args(p, time_limit, sizes):
             '--request-timeout', '600']
 
 
+def _start_floor(args, workdir):
+    """The no-op app under the same uWSGI: (Proc, url)."""
+    return uwsgi('floor-uwsgi', workdir, OUR_VENV,
+                 'cyborg.wsgi.floor:application', args.workers)
+
+
+def _stop(procs, stub, vhost):
+    for proc in procs:
+        proc.stop()
+    stub.stop()
+    if vhost is not None:
+        vhost.delete()
+
+
+def _bench_reference(name, args, p, workdir, url, db_url, schema,
+                     compared):
+    """The reference's one-client run of the compared workloads (and
+    bind, reported as not run: see NO_BIND); tables up to 10,000 rows.
+    """
+    small = [s for s in p['sizes'] if s <= 10000]
+    doc = bench(name, url, workdir,
+                compared + (['bind'] if args.aio else []), args,
+                common_args(p, p['ref_time_limit'], small)
+                + ['--seed-db', db_url, '--no-bind-reason', NO_BIND])
+    doc['meta']['schema'] = schema
+    return doc
+
+
+def _reference_large(args, p, workdir, url, db_url, compared):
+    """The reference's lookups in tables over 10,000 rows: seconds to
+    minutes per request here, so one lookup per size, bounded by
+    --ref-request-timeout, after everything else (an abandoned request
+    would hold a worker). Their result rows.
+    """
+    results = []
+    small = [s for s in p['sizes'] if s <= 10000]
+    for size in (p['sizes'][len(small):] if 'lookup' in compared else []):
+        big = bench('reference-%d' % size, url, workdir, ['lookup'], args,
+                    ['--requests', '1', '--warmup', '0', '--sizes',
+                     str(size), '--request-timeout',
+                     str(args.ref_request_timeout), '--seed-db', db_url])
+        for r in big['results']:
+            r['timeout_s'] = args.ref_request_timeout
+        results += big['results']
+    return results
+
+
+def _ours_concurrency(args, p, workdir, url, db_url, compared):
+    """Ours with more than one client (the reference is not run so)."""
+    return bench(
+        'ours-concurrency', url, workdir,
+        [w for w in ('dp-create', 'dp-get', 'dp-list', 'arq-create',
+                     'lookup', 'boot') if w in compared], args,
+        common_args(p, p['time_limit'], p['sizes'][:1])
+        + ['--seed-db', db_url, '--concurrency',
+           ','.join(map(str, p['concurrency'][1:]))])
+
+
 def run_all(args, p, workdir):
     runs = {}
     procs = []
     vhost = None
     stub = PlacementStub()
     try:
-        floor, floor_url = uwsgi('floor-uwsgi', workdir, OUR_VENV,
-                                 'cyborg.wsgi.floor:application',
-                                 args.workers)
+        floor, floor_url = _start_floor(args, workdir)
         procs.append(floor)
         runs['floor'] = bench('floor', floor_url, workdir, ['noop'], args,
                               common_args(p, p['time_limit'], p['sizes']))
@@ -357,13 +413,8 @@ def run_all(args, p, workdir):
             'ours', url, workdir, compared, args,
             common_args(p, p['time_limit'], p['sizes'])
             + ['--seed-db', db_url])
-        runs['ours-concurrency'] = bench(
-            'ours-concurrency', url, workdir,
-            [w for w in ('dp-create', 'dp-get', 'dp-list', 'arq-create',
-                         'lookup', 'boot') if w in compared], args,
-            common_args(p, p['time_limit'], p['sizes'][:1])
-            + ['--seed-db', db_url, '--concurrency',
-               ','.join(map(str, p['concurrency'][1:]))])
+        runs['ours-concurrency'] = _ours_concurrency(
+            args, p, workdir, url, db_url, compared)
         api.stop()
 
         if not args.skip_reference:
@@ -371,26 +422,10 @@ def run_all(args, p, workdir):
             api, conductor, url, db_url, schema = start_reference(
                 workdir, args.workers, stub, vhost.url)
             procs += [api, conductor]
-            small = [s for s in p['sizes'] if s <= 10000]
-            runs['reference'] = bench(
-                'reference', url, workdir,
-                compared + (['bind'] if args.aio else []), args,
-                common_args(p, p['ref_time_limit'], small)
-                + ['--seed-db', db_url, '--no-bind-reason', NO_BIND])
-            runs['reference']['meta']['schema'] = schema
-            for size in (p['sizes'][len(small):]
-                         if 'lookup' in compared else []):
-                # Seconds to minutes per request here: one lookup, bounded
-                # by --ref-request-timeout, last (an abandoned request
-                # would hold a worker).
-                big = bench('reference-%d' % size, url, workdir, ['lookup'],
-                            args, ['--requests', '1', '--warmup', '0',
-                                   '--sizes', str(size), '--request-timeout',
-                                   str(args.ref_request_timeout),
-                                   '--seed-db', db_url])
-                for r in big['results']:
-                    r['timeout_s'] = args.ref_request_timeout
-                runs['reference']['results'] += big['results']
+            runs['reference'] = _bench_reference(
+                'reference', args, p, workdir, url, db_url, schema, compared)
+            runs['reference']['results'] += _reference_large(
+                args, p, workdir, url, db_url, compared)
             api.stop()
             conductor.stop()
 
@@ -398,11 +433,7 @@ def run_all(args, p, workdir):
             runs['ours-aio'] = bench_aio(args, p, workdir)
 
     finally:
-        for proc in procs:
-            proc.stop()
-        stub.stop()
-        if vhost is not None:
-            vhost.delete()
+        _stop(procs, stub, vhost)
     return runs
 
 
@@ -414,16 +445,13 @@ def run_rounds(args, p, workdir):
     under concurrency, once.
     """
     n = args.rounds
-    small = [s for s in p['sizes'] if s <= 10000]
     per_round = dict(p, requests=max(1, p['requests'] // n))
     runs = {'rounds': []}
     procs = []
     vhost = None
     stub = PlacementStub()
     try:
-        floor, floor_url = uwsgi('floor-uwsgi', workdir, OUR_VENV,
-                                 'cyborg.wsgi.floor:application',
-                                 args.workers)
+        floor, floor_url = _start_floor(args, workdir)
         procs.append(floor)
         compared = _compared(args)
         api, url, db_url = start_ours(workdir, args.workers)
@@ -439,13 +467,8 @@ def run_rounds(args, p, workdir):
             procs += [ref_api, conductor]
 
             def reference(name):
-                doc = bench(name, ref_url, workdir,
-                            compared + (['bind'] if args.aio else []), args,
-                            common_args(per_round, p['ref_time_limit'], small)
-                            + ['--seed-db', ref_db, '--no-bind-reason',
-                               NO_BIND])
-                doc['meta']['schema'] = schema
-                return doc
+                return _bench_reference(name, args, per_round, workdir,
+                                        ref_url, ref_db, schema, compared)
             sides['reference'] = reference
 
         for i in range(1, n + 1):
@@ -467,40 +490,22 @@ def run_rounds(args, p, workdir):
         floor.stop()
 
         if 'reference' in sides:
-            for size in (p['sizes'][len(small):]
-                         if 'lookup' in compared else []):
-                # Minutes per request: once, after the rounds (as
-                # run_all does); every round is compared with it.
-                big = bench('reference-%d' % size, ref_url, workdir,
-                            ['lookup'], args,
-                            ['--requests', '1', '--warmup', '0',
-                             '--sizes', str(size), '--request-timeout',
-                             str(args.ref_request_timeout),
-                             '--seed-db', ref_db])
-                for r in big['results']:
-                    r['timeout_s'] = args.ref_request_timeout
-                runs.setdefault('reference-large', {'results': []})[
-                    'results'] += big['results']
+            # Once, after the rounds; every round is compared with it.
+            large = _reference_large(args, p, workdir, ref_url, ref_db,
+                                     compared)
+            if large:
+                runs['reference-large'] = {'results': large}
             ref_api.stop()
             conductor.stop()
 
-        runs['ours-concurrency'] = bench(
-            'ours-concurrency', url, workdir,
-            [w for w in ('dp-create', 'dp-get', 'dp-list', 'arq-create',
-                         'lookup', 'boot') if w in compared], args,
-            common_args(p, p['time_limit'], p['sizes'][:1])
-            + ['--seed-db', db_url, '--concurrency',
-               ','.join(map(str, p['concurrency'][1:]))])
+        runs['ours-concurrency'] = _ours_concurrency(
+            args, p, workdir, url, db_url, compared)
         api.stop()
 
         if args.aio:
             runs['ours-aio'] = bench_aio(args, p, workdir)
     finally:
-        for proc in procs:
-            proc.stop()
-        stub.stop()
-        if vhost is not None:
-            vhost.delete()
+        _stop(procs, stub, vhost)
     return runs
 
 
