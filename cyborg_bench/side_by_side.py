@@ -335,18 +335,58 @@ def common_args(p, time_limit, sizes):
             '--request-timeout', '600']
 
 
-def _start_floor(args, workdir):
-    """The no-op app under the same uWSGI: (Proc, url)."""
-    return uwsgi('floor-uwsgi', workdir, OUR_VENV,
-                 'cyborg.wsgi.floor:application', args.workers)
+class _Started:
+    """What one side-by-side run starts: the uWSGI servers, the
+    reference's conductor and RabbitMQ vhost, the Placement stub; all
+    stopped when the run ends, however it ends.
+    """
+
+    def __init__(self):
+        self.procs = []
+        self.vhost = None
+        self.stub = None
+
+    def __enter__(self):
+        self.stub = PlacementStub()
+        return self
+
+    def __exit__(self, *exc):
+        for proc in self.procs:
+            proc.stop()
+        self.stub.stop()
+        if self.vhost is not None:
+            self.vhost.delete()
+
+    def floor(self, args, workdir):
+        """The no-op app under the same uWSGI: (Proc, url)."""
+        floor, url = uwsgi('floor-uwsgi', workdir, OUR_VENV,
+                           'cyborg.wsgi.floor:application', args.workers)
+        self.procs.append(floor)
+        return floor, url
+
+    def ours(self, args, workdir):
+        api, url, db_url = start_ours(workdir, args.workers)
+        self.procs.append(api)
+        return api, url, db_url
+
+    def reference(self, args, workdir):
+        self.vhost = rabbit.VirtualHost(prefix='cyborg-bench')
+        api, conductor, url, db_url, schema = start_reference(
+            workdir, args.workers, self.stub, self.vhost.url)
+        self.procs += [api, conductor]
+        return api, conductor, url, db_url, schema
 
 
-def _stop(procs, stub, vhost):
-    for proc in procs:
-        proc.stop()
-    stub.stop()
-    if vhost is not None:
-        vhost.delete()
+def _bench_floor(name, args, p, workdir, url):
+    return bench(name, url, workdir, ['noop'], args,
+                 common_args(p, p['time_limit'], p['sizes']))
+
+
+def _bench_ours(name, args, p, workdir, url, db_url, compared):
+    """Ours at one client, the compared workloads."""
+    return bench(name, url, workdir, compared, args,
+                 common_args(p, p['time_limit'], p['sizes'])
+                 + ['--seed-db', db_url])
 
 
 def _bench_reference(name, args, p, workdir, url, db_url, schema,
@@ -395,33 +435,23 @@ def _ours_concurrency(args, p, workdir, url, db_url, compared):
 
 def run_all(args, p, workdir):
     runs = {}
-    procs = []
-    vhost = None
-    stub = PlacementStub()
-    try:
-        floor, floor_url = _start_floor(args, workdir)
-        procs.append(floor)
-        runs['floor'] = bench('floor', floor_url, workdir, ['noop'], args,
-                              common_args(p, p['time_limit'], p['sizes']))
+    with _Started() as started:
+        floor, floor_url = started.floor(args, workdir)
+        runs['floor'] = _bench_floor('floor', args, p, workdir, floor_url)
         floor.stop()
         runs['storage'] = storage_costs(workdir)
 
         compared = _compared(args)
-        api, url, db_url = start_ours(workdir, args.workers)
-        procs.append(api)
-        runs['ours'] = bench(
-            'ours', url, workdir, compared, args,
-            common_args(p, p['time_limit'], p['sizes'])
-            + ['--seed-db', db_url])
+        api, url, db_url = started.ours(args, workdir)
+        runs['ours'] = _bench_ours('ours', args, p, workdir, url, db_url,
+                                   compared)
         runs['ours-concurrency'] = _ours_concurrency(
             args, p, workdir, url, db_url, compared)
         api.stop()
 
         if not args.skip_reference:
-            vhost = rabbit.VirtualHost(prefix='cyborg-bench')
-            api, conductor, url, db_url, schema = start_reference(
-                workdir, args.workers, stub, vhost.url)
-            procs += [api, conductor]
+            api, conductor, url, db_url, schema = started.reference(
+                args, workdir)
             runs['reference'] = _bench_reference(
                 'reference', args, p, workdir, url, db_url, schema, compared)
             runs['reference']['results'] += _reference_large(
@@ -431,9 +461,6 @@ def run_all(args, p, workdir):
 
         if args.aio:
             runs['ours-aio'] = bench_aio(args, p, workdir)
-
-    finally:
-        _stop(procs, stub, vhost)
     return runs
 
 
@@ -447,24 +474,15 @@ def run_rounds(args, p, workdir):
     n = args.rounds
     per_round = dict(p, requests=max(1, p['requests'] // n))
     runs = {'rounds': []}
-    procs = []
-    vhost = None
-    stub = PlacementStub()
-    try:
-        floor, floor_url = _start_floor(args, workdir)
-        procs.append(floor)
+    with _Started() as started:
+        floor, floor_url = started.floor(args, workdir)
         compared = _compared(args)
-        api, url, db_url = start_ours(workdir, args.workers)
-        procs.append(api)
-        sides = {'ours': lambda name: bench(
-            name, url, workdir, compared, args,
-            common_args(per_round, p['time_limit'], p['sizes'])
-            + ['--seed-db', db_url])}
+        api, url, db_url = started.ours(args, workdir)
+        sides = {'ours': lambda name: _bench_ours(
+            name, args, per_round, workdir, url, db_url, compared)}
         if not args.skip_reference:
-            vhost = rabbit.VirtualHost(prefix='cyborg-bench')
-            ref_api, conductor, ref_url, ref_db, schema = start_reference(
-                workdir, args.workers, stub, vhost.url)
-            procs += [ref_api, conductor]
+            ref_api, conductor, ref_url, ref_db, schema = started.reference(
+                args, workdir)
 
             def reference(name):
                 return _bench_reference(name, args, per_round, workdir,
@@ -480,9 +498,8 @@ def run_rounds(args, p, workdir):
             rnd = {'round': i, 'order': order}
             d = os.path.join(workdir, 'round-%d' % i)
             os.makedirs(d)
-            rnd['floor'] = bench('floor-r%d' % i, floor_url, workdir, ['noop'],
-                                 args, common_args(per_round, p['time_limit'],
-                                                   p['sizes']))
+            rnd['floor'] = _bench_floor('floor-r%d' % i, args, per_round,
+                                        workdir, floor_url)
             rnd['storage'] = storage_costs(d)
             for side in order:
                 rnd[side] = sides[side]('%s-r%d' % (side, i))
@@ -504,8 +521,6 @@ def run_rounds(args, p, workdir):
 
         if args.aio:
             runs['ours-aio'] = bench_aio(args, p, workdir)
-    finally:
-        _stop(procs, stub, vhost)
     return runs
 
 
