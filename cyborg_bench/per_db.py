@@ -10,9 +10,11 @@ migrated; gunicorn (2 sync workers, as ``cyborg-bench api``) serving
 same gunicorn; ``cyborg-bench load`` runs the one-client workloads of
 side-by-side (noop, dp-create, dp-get, dp-delete, dp-list, arq-create,
 the unbound boot flow) against both. The limit of a workload is the
-floor's p50 per request plus, measured on the same database with the
-driver alone, one durable commit per write and one read by primary key
-per read (``cyborg-bench profile``'s Limits). The reference Cyborg is not
+floor's p50 per request (for the list, the floor's answer of the list's
+size: side_by_side.FLOOR_OF) plus, measured on the same database with the
+driver alone, one durable commit per write, one read by primary key
+per read and one read of the listed rows for the list
+(``cyborg-bench profile``'s Limits). The reference Cyborg is not
 run here (``cyborg-bench side-by-side`` compares with it on SQLite).
 """
 
@@ -65,9 +67,9 @@ def one(args, backend, workdir):
                            ready_path='/')
         servers.append(floor)
         extra = ['--requests', str(args.requests), '--time-limit', '30']
-        floor_doc = side_by_side.bench('floor-' + backend,
-                                       'http://127.0.0.1:%d' % floor.port,
-                                       d, ['noop'], args, extra)
+        floor_doc = side_by_side.bench(
+            'floor-' + backend, 'http://127.0.0.1:%d' % floor.port, d,
+            ['noop'] + list(side_by_side.FLOOR_OF.values()), args, extra)
         floor.stop()
         ours = api.Server(config, d, args.workers, 1, 'sync')
         servers.append(ours)
@@ -79,18 +81,20 @@ def one(args, backend, workdir):
         for server in servers:
             server.stop()
         db.drop()
-    floor_p50 = floor_doc['results'][0]['p50_ms']
+    floor = side_by_side.floor_figures(floor_doc)
     rows = []
     for r in doc['results']:
         if r.get('concurrency') != 1 or 'not_run' in r:
             continue
-        limit = side_by_side.limit_ms(r['workload'], floor_p50, storage)
+        limit = side_by_side.limit_ms(r['workload'], floor, storage)
         rows.append({'db': backend, 'workload': r['workload'],
                      'ops_per_s': r['ops_per_s'], 'p50_ms': r['p50_ms'],
                      'p99_ms': r['p99_ms'], 'errors': r['errors'],
                      'limit_ms': round(limit, 3),
                      'p50_over_limit': round(r['p50_ms'] / limit, 2)})
-    return {'floor_p50_ms': floor_p50, 'storage': storage, 'rows': rows}
+    return {'floor_p50_ms': floor['p50_ms'],
+            'floor_list_p50_ms': floor.get('list_p50_ms'),
+            'storage': storage, 'rows': rows}
 
 
 def run(args):
@@ -113,10 +117,12 @@ def run(args):
                 r['p99_ms'], r['limit_ms'], r['p50_over_limit'],
                 r['errors']))
     for backend, res in out.items():
-        print('\n%s: floor (no-op app, same gunicorn) p50 %s ms; one durable '
+        print('\n%s: floor (no-op app, same gunicorn) p50 %s ms, its answer '
+              'of the list\'s size %s ms; one durable '
               'commit %s ms, one indexed read %s ms, one read of the %d '
               'rows dp-list lists %s ms (driver alone, mean)'
-              % (backend, res['floor_p50_ms'], res['storage']['commit_ms'],
+              % (backend, res['floor_p50_ms'], res['floor_list_p50_ms'],
+                 res['storage']['commit_ms'],
                  res['storage']['read_ms'], profile.LIST_ROWS,
                  res['storage']['list_read_ms']))
     print('\nload average %s → %s' % (meta['loadavg_start'][0],

@@ -22,7 +22,9 @@ One command::
    asks Placement for its version at start-up on these paths).
 3. uWSGI: ``--http-socket`` on loopback, master, 2 processes × 1 thread,
    lazy-apps, for ours (``cyborg.wsgi.api``), the reference
-   (``cyborg.wsgi.api`` of its venv) and the floor (``cyborg.wsgi.floor``).
+   (``cyborg.wsgi.api`` of its venv) and the floor (``cyborg.wsgi.floor``:
+   ``GET /`` answers ``{}``, the list path an answer of the list's size;
+   the limits, FLOOR_OF and LIMIT_OF, start from them).
 4. ``cyborg-bench load`` runs the same workloads against each, one
    client; ours also at concurrency 4/16/64. Rows for the table-size
    workloads are cloned straight into each database (``--seed-db``).
@@ -377,9 +379,13 @@ class _Started:
         return api, conductor, url, db_url, schema
 
 
-def _bench_floor(name, args, p, workdir, url):
-    return bench(name, url, workdir, ['noop'], args,
-                 common_args(p, p['time_limit'], p['sizes']))
+def _bench_floor(name, args, p, workdir, url, compared):
+    """The floor's GET / and, when the list is compared, its answer of
+    the list's size (cyborg.wsgi.floor).
+    """
+    return bench(name, url, workdir,
+                 ['noop'] + [w for w in FLOOR_OF.values() if w in compared],
+                 args, common_args(p, p['time_limit'], p['sizes']))
 
 
 def _bench_ours(name, args, p, workdir, url, db_url, compared):
@@ -436,12 +442,13 @@ def _ours_concurrency(args, p, workdir, url, db_url, compared):
 def run_all(args, p, workdir):
     runs = {}
     with _Started() as started:
+        compared = _compared(args)
         floor, floor_url = started.floor(args, workdir)
-        runs['floor'] = _bench_floor('floor', args, p, workdir, floor_url)
+        runs['floor'] = _bench_floor('floor', args, p, workdir, floor_url,
+                                     compared)
         floor.stop()
         runs['storage'] = storage_costs(workdir)
 
-        compared = _compared(args)
         api, url, db_url = started.ours(args, workdir)
         runs['ours'] = _bench_ours('ours', args, p, workdir, url, db_url,
                                    compared)
@@ -499,7 +506,7 @@ def run_rounds(args, p, workdir):
             d = os.path.join(workdir, 'round-%d' % i)
             os.makedirs(d)
             rnd['floor'] = _bench_floor('floor-r%d' % i, args, per_round,
-                                        workdir, floor_url)
+                                        workdir, floor_url, compared)
             rnd['storage'] = storage_costs(d)
             for side in order:
                 rnd[side] = sides[side]('%s-r%d' % (side, i))
@@ -544,10 +551,9 @@ def round_figures(runs):
     """(median floor, median storage costs, each round's first side,
     floor p50 and commit p50) of --rounds runs.
     """
-    floors = [_index(rnd['floor']).get(('noop', None, 1)) or {}
-              for rnd in runs['rounds']]
+    floors = [floor_figures(rnd['floor']) or {} for rnd in runs['rounds']]
     floor = {k: round(v, 3) for k, v in rounds.median_of(
-        floors, ('ops_per_s', 'p50_ms', 'p99_ms')).items()}
+        floors, ('ops_per_s', 'p50_ms', 'p99_ms', 'list_p50_ms')).items()}
     storages = [rnd['storage'] for rnd in runs['rounds']]
     storage = dict(storages[0], **{
         k: round(v, 4) for k, v in rounds.median_of(
@@ -578,14 +584,44 @@ LIMIT_OF = {'noop': (1, 0, 0, 0), 'dp-create': (1, 1, 0, 0),
             'dp-get': (1, 0, 1, 0), 'dp-delete': (1, 1, 0, 0),
             'dp-list': (1, 0, 0, 1), 'arq-create': (1, 1, 0, 0),
             'boot': (3, 2, 1, 0)}
+# The floor's request of a workload whose answer is not small: the no-op
+# app answering as many bytes (cyborg.wsgi.floor's list, measured with the
+# same workload), since moving and decoding a 76 KB answer costs the
+# client about 0.8 ms more than `{}` before the server does anything.
+# Every other workload's floor request is the floor's noop (GET / → {}).
+FLOOR_OF = {'dp-list': 'dp-list'}
 
 
-def limit_ms(workload, floor_ms, storage):
-    """The limit p50 of `workload` from the floor's p50 and the storage
-    costs (commit_ms, read_ms, list_read_ms); None when it has none.
+def floor_figures(doc):
+    """The floor's noop row (ops_per_s, p50_ms, p99_ms) of a floor run,
+    with list_p50_ms, the p50 of its list, when it was measured; None
+    when the noop was not.
+    """
+    found = _index(doc)
+    noop = found.get(('noop', None, 1))
+    if noop is None:
+        return None
+    out = dict(noop)
+    for workload in FLOOR_OF.values():
+        row = next((r for k, r in found.items()
+                    if k[0] == workload and k[2] == 1), None)
+        if row and row.get('p50_ms'):
+            out['list_p50_ms'] = row['p50_ms']
+    return out
+
+
+def limit_ms(workload, floor, storage):
+    """The limit p50 of `workload` from the floor's figures (p50_ms, and
+    list_p50_ms for the list: floor_figures()) and the storage costs
+    (commit_ms, read_ms, list_read_ms); None when it has none (or the
+    floor of its size was not measured).
     """
     parts = LIMIT_OF.get(workload)
     if not parts:
+        return None
+    floor_ms = floor.get('list_p50_ms' if workload in FLOOR_OF
+                         else 'p50_ms')
+    if not floor_ms:
         return None
     return (parts[0] * floor_ms + parts[1] * storage['commit_ms']
             + parts[2] * storage['read_ms']
@@ -759,13 +795,12 @@ def one_client_rows(runs):
     """compare() of runs' ours and reference, each row with its limit
     from runs' floor and storage costs.
     """
-    floor = _index(runs['floor']).get(('noop', None, 1))
+    floor = floor_figures(runs['floor'])
     rows = compare(runs['ours'], runs.get('reference'), floor)
     storage = runs.get('storage')
     for row in rows:
-        floor_ms = floor.get('p50_ms') if floor else None
-        limit = limit_ms(row['workload'], floor_ms, storage) \
-            if storage and floor_ms else None
+        limit = limit_ms(row['workload'], floor, storage) \
+            if storage and floor else None
         if limit and row.get('ours_p50_ms'):
             row['limit_p50_ms'] = round(limit, 3)
             row['p50_over_limit'] = round(row['ours_p50_ms'] / limit, 2)
@@ -840,7 +875,10 @@ def markdown(rows, floor=None, storage=None):
     if floor:
         lines.append('\nFloor (no-op app, same uWSGI): %.1f req/s, p50 %s '
                      'ms, p99 %s ms' % (floor['ops_per_s'], floor['p50_ms'],
-                                        floor['p99_ms']))
+                                        floor['p99_ms'])
+                     + ('; its answer of the list\'s size (dp-list): p50 %s '
+                        'ms' % floor['list_p50_ms']
+                        if floor.get('list_p50_ms') else ''))
     if storage:
         lines.append('One durable commit (SQLite WAL, synchronous=FULL): p50 '
                      '%s ms; one read by primary key: p50 %s ms; one read of '
@@ -923,7 +961,7 @@ def run(args):
         print(rounds.table(rows, each))
     else:
         rows = ratios(runs)
-        floor = _index(runs['floor']).get(('noop', None, 1))
+        floor = floor_figures(runs['floor'])
         print('\n## Side by side (one client; ratio = ours / reference)\n')
         print(markdown(rows, floor, runs.get('storage')))
 

@@ -217,7 +217,9 @@ def test_side_by_side_ratios_bounds_and_not_run():
 
 
 def test_side_by_side_limit_is_floor_plus_commits_and_reads():
-    runs = {'floor': {'results': [_result('noop', 3000.0, 0.3)]},
+    runs = {'floor': {'results': [_result('noop', 3000.0, 0.3),
+                                  _result('dp-list', 1000.0, 0.9,
+                                          rows=200, listed=200)]},
             'storage': {'commit_ms': 0.5, 'read_ms': 0.05,
                         'list_read_ms': 0.2, 'list_rows': 200},
             'ours': {'results': [_result('dp-create', 500.0, 1.6),
@@ -228,15 +230,30 @@ def test_side_by_side_limit_is_floor_plus_commits_and_reads():
     assert rows['dp-create']['limit_p50_ms'] == 0.8       # floor + commit
     assert rows['dp-create']['p50_over_limit'] == 2.0
     assert rows['dp-get']['limit_p50_ms'] == 0.35         # floor + read
-    # The list: floor + one read of the rows it lists.
-    assert rows['dp-list']['limit_p50_ms'] == 0.5
+    # The list: the floor's answer of its size + one read of its rows.
+    assert rows['dp-list']['limit_p50_ms'] == 1.1
     # Three requests, two commits (create, delete), one read (GET).
     assert rows['boot']['limit_p50_ms'] == pytest.approx(
         3 * 0.3 + 2 * 0.5 + 0.05)
-    table = side_by_side.markdown(list(rows.values()), None,
-                                  runs['storage'])
+    table = side_by_side.markdown(
+        list(rows.values()), side_by_side.floor_figures(runs['floor']),
+        runs['storage'])
     assert '| 2.00× |' in table and 'synchronous=FULL' in table
     assert 'the 200 rows dp-list lists: p50 0.2 ms' in table
+    assert "its answer of the list's size (dp-list): p50 0.9 ms" in table
+
+
+def test_side_by_side_list_has_no_limit_without_the_floors_list():
+    # A floor run without its list (the list not compared): the list's
+    # limit is not made up from the floor's `{}`.
+    runs = {'floor': {'results': [_result('noop', 3000.0, 0.3)]},
+            'storage': {'commit_ms': 0.5, 'read_ms': 0.05,
+                        'list_read_ms': 0.2, 'list_rows': 200},
+            'ours': {'results': [_result('dp-list', 500.0, 1.0),
+                                 _result('dp-get', 1000.0, 0.7)]}}
+    rows = {r['workload']: r for r in side_by_side.ratios(runs)}
+    assert 'limit_p50_ms' not in rows['dp-list']
+    assert rows['dp-get']['limit_p50_ms'] == 0.35
 
 
 def _rounds_runs():
@@ -400,11 +417,41 @@ def test_side_by_side_workloads_keep_dp_create_for_what_needs_it():
 def test_side_by_side_runs_the_load_generator_as_a_subcommand(
         floor_url, tmp_path):
     args = cli.parser().parse_args(['side-by-side', '--quick'])
-    doc = side_by_side.bench('floor', floor_url, str(tmp_path), ['noop'],
-                             args, ['--requests', '2', '--warmup', '0'])
+    doc = side_by_side.bench('floor', floor_url, str(tmp_path),
+                             ['noop', 'dp-list'], args,
+                             ['--requests', '2', '--warmup', '0'])
     assert doc['meta']['label'] == 'floor'
+    # The floor's list answers dp-list's 200 profiles as they are.
     assert [(r['workload'], r['ok'], r['errors'])
-            for r in doc['results']] == [('noop', 2, 0)]
+            for r in doc['results']] == [('noop', 2, 0), ('dp-list', 2, 0)]
+    floor_doc = side_by_side.floor_figures(doc)
+    assert floor_doc['list_p50_ms'] == doc['results'][1]['p50_ms']
+
+
+def test_floor_list_is_shaped_and_sized_as_the_apis(
+        api, floor_url, tmp_path):
+    # dp-list's 200 profiles in our API, then both lists side by side:
+    # the same fields of the same types, and as many bytes within 2 %.
+    url, _ = api
+    rc, doc = _run(tmp_path, '--url', url, '--requests', '1', '--warmup',
+                   '0', '--workloads', 'dp-list')
+    assert rc == 0, doc
+    ours = client.Endpoint(url).client().request(
+        'GET', '/v2/device_profiles')[1]
+    floors = client.Endpoint(floor_url).client().request(
+        'GET', '/v2/device_profiles')[1]
+    mine = json.loads(ours)['device_profiles']
+    theirs = json.loads(floors)['device_profiles']
+    assert len(mine) == len(theirs) == floor.LIST_ROWS
+
+    def shape(value):
+        if isinstance(value, dict):
+            return {k: shape(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [shape(v) for v in value]
+        return type(value).__name__
+    assert [shape(p) for p in theirs] == [shape(p) for p in mine]
+    assert abs(len(floors) - len(ours)) <= 0.02 * len(ours)
 
 
 def test_dp_list_trims_a_paged_table_to_size(api, tmp_path):
