@@ -66,7 +66,8 @@ def create(uuid, name, groups, description=None):
         if 'uuid' in (e.columns or []) or _exists(DP.c.uuid, uuid):
             raise exception.DeviceProfileAlreadyExists(uuid=uuid)
         raise exception.DuplicateDeviceProfileName(name=name)
-    return _decode(row)
+    # Its profile_json is what was just encoded from `groups`.
+    return _decode(row, {'groups': groups})
 
 
 def _exists(column, value):

@@ -44,8 +44,12 @@ def handler(status=200):
                 response.body = b''
                 del response.content_type
                 return response
-            data = result.encode() if isinstance(result, Encoded) else \
-                json.dumps(result).encode()
+            if isinstance(result, bytes):
+                data = result                   # JSON, encoded already
+            elif isinstance(result, Encoded):
+                data = result.encode()
+            else:
+                data = json.dumps(result).encode()
             # What setting content_type and body would give, set at once.
             response.app_iter = [data]
             response.headerlist = [
@@ -100,6 +104,39 @@ class EncodedCache:
                 text = self.get((row, extra), lambda: serialize(row))
             out.append(text)
         return out
+
+
+class CollectionCache:
+    """Whole encoded answers of a list, keyed by every row listed and
+    `extra` (so a hit is the answer listing those rows anew would give),
+    the last `size` of them; each answer built from its items' texts in
+    `items` (an EncodedCache).
+
+    Listing the same page again is the common case (a dashboard, Nova's
+    periodic calls): one lookup of the page's rows, instead of one per row
+    plus joining and encoding some 76 KB for 200 profiles (about a tenth
+    of the list's time in process).
+    """
+
+    def __init__(self, key, items, size=8):
+        self.key = key
+        self.items = items
+        self.size = size
+        self._answers = {}
+
+    def answer(self, rows, extra, serialize):
+        """The encoded (bytes) collection of `rows`; serialize(row) for
+        the items not kept.
+        """
+        key = (tuple(rows), extra)
+        data = self._answers.get(key)
+        if data is None:
+            data = collection(self.key, self.items.many(
+                rows, extra, serialize)).encode()
+            if len(self._answers) >= self.size:
+                self._answers.clear()
+            self._answers[key] = data
+        return data
 
 
 def not_allowed(allowed):

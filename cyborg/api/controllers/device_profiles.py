@@ -32,8 +32,8 @@ def serialize(dp, url=None):
 
 
 # A profile never changes once created: its JSON in a list is kept per
-# (stored columns, base URL).
-_LISTED = base.EncodedCache()
+# (stored columns, base URL), and so is a whole list.
+_LISTED = base.CollectionCache('device_profiles', base.EncodedCache())
 
 
 def _normalize_group(group):
@@ -154,8 +154,7 @@ class DeviceProfilesController:
         def encode(row):
             dp = decode(row)
             return serialize(dict(dp, groups=db.groups_of(dp)), url)
-        return base.collection('device_profiles',
-                               _LISTED.many(rows, url, encode))
+        return _LISTED.answer(rows, url, encode)
 
     @index.when(method='POST')
     @base.handler(201)
