@@ -15,6 +15,7 @@ import pecan.routing
 import webob.exc
 import webob.request
 
+from cyborg.api.controllers import root
 from cyborg.api import errors
 from cyborg.api import guard
 from cyborg.api import metrics
@@ -66,7 +67,8 @@ class _Request(webob.request.BaseRequest):
 class _Pecan(pecan.Pecan):
     """Pecan without its rewrite of an empty 200 into 204: every handler
     sets its status itself, and device enable/disable answer 200 with no
-    body, as Cyborg documents.
+    body, as Cyborg documents. `GET /` is answered without pecan's
+    dispatch (root.answer_root: the same answer).
     """
 
     def _handle_empty_response_body(self, state):
@@ -79,6 +81,9 @@ class _Pecan(pecan.Pecan):
         # (what keystoneauth sends for version discovery) on handlers that
         # set their own content type.
         environ.pop('HTTP_ACCEPT', None)
+        if environ.get('PATH_INFO') == '/' and environ.get(
+                'REQUEST_METHOD') == 'GET':
+            return root.answer_root(environ, start_response, _Request)
         return super().__call__(environ, start_response)
 
 

@@ -91,3 +91,44 @@ def test_crud_paths_take_the_direct_route():
         assert root._direct(v2, ['v2', name, 'abc', '']) is not None
     assert root._direct(v2, ['v2', 'devices', 'abc', 'enable']) is None
     assert root._direct(v2, ['v2', 'device_profiles', 'index']) is None
+
+
+def _answer(app_call, environ):
+    got = {}
+
+    def start_response(status, headers, exc_info=None):
+        got.update(status=status, headers=headers)
+    body = b''.join(app_call(dict(environ), start_response))
+    return got['status'], got['headers'], body
+
+
+@pytest.mark.parametrize('public_endpoint', [None, 'https://cyborg.example/'])
+@pytest.mark.parametrize('extra', [
+    {},
+    {'HTTP_HOST': 'api.example:8443', 'wsgi.url_scheme': 'https'},
+    {'SCRIPT_NAME': '/accelerator'},
+    {'QUERY_STRING': 'anything=1'},
+    {'HTTP_ACCEPT': 'application/json'},
+    {'SCRIPT_NAME': '/cyborg\xff'},      # not UTF-8: 400, both ways
+])
+def test_get_root_answers_as_pecans_root_controller(extra, public_endpoint):
+    # _Pecan answers GET / itself (root.answer_root); pecan's dispatch to
+    # RootController.get gives the same status, headers and body.
+    CONF.set_override('public_endpoint', public_endpoint, group='api')
+    try:
+        app = api_app._pecan_app()
+        environ = webob.Request.blank('/').environ
+        environ.update(extra)
+        direct = _answer(app, environ)
+
+        def walk(env, start_response):
+            # _Pecan.__call__ but for answering / itself.
+            env.pop('HTTP_ACCEPT', None)
+            return super(api_app._Pecan, app).__call__(env, start_response)
+        walked = _answer(walk, environ)
+    finally:
+        CONF.clear_override('public_endpoint', group='api')
+    assert direct == walked
+    # A prefix that is not UTF-8 is read for the links only.
+    assert direct[0] == ('400 Bad Request' if '\xff' in str(extra)
+                         and not public_endpoint else '200 OK')

@@ -11,6 +11,7 @@ import jsonschema
 from oslo_utils import uuidutils
 import pecan
 import pecan.core
+import webob.request
 
 from cyborg.api import errors
 from cyborg.api import hooks
@@ -354,17 +355,25 @@ def base_url():
     """Where links point: [api] public_endpoint, or the request's own
     application URL.
     """
+    request = pecan.core.state.request
+    return base_url_of(request.environ, type(request))
+
+
+def base_url_of(environ, request_cls=webob.request.BaseRequest):
+    """base_url() of the request of a WSGI `environ`, read by a
+    `request_cls` (the app's: what it raises for a mount prefix it cannot
+    decode).
+    """
     public = CONF.api.public_endpoint
     if public:
         return public.rstrip('/')
-    request = pecan.core.state.request
-    environ = request.environ
     key = tuple(map(environ.get, _URL_KEYS))
     url = _APPLICATION_URLS.get(key)
     if url is None:
         if len(_APPLICATION_URLS) > 1000:
             _APPLICATION_URLS.clear()
-        url = _APPLICATION_URLS[key] = request.application_url.rstrip('/')
+        url = _APPLICATION_URLS[key] = request_cls(
+            environ).application_url.rstrip('/')
     return url
 
 
