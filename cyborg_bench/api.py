@@ -11,8 +11,8 @@ What it does, all on 127.0.0.1:
    (``CYBORG_CONFIG_FILE`` points at that file) on a free loopback port and
    waits until ``GET /v2/device_profiles`` answers 200;
 3. drives it with a bounded load generator: a pool of threads, each with its
-   own keep-alive ``http.client`` connection, a fixed number of requests per
-   scenario and a hard time bound per scenario;
+   own keep-alive connection (cyborg_bench.client), a fixed number of
+   requests per scenario and a hard time bound per scenario;
 4. reports req/s, p50/p99/max latency and the server's CPU time per
    request for
 
