@@ -83,8 +83,8 @@ def local(port, prefix='', headers=None, timeout=30.0):
 # http.client did (some servers want a length on every POST).
 _BODY_METHODS = frozenset(('POST', 'PUT', 'PATCH'))
 # What may not appear in a request line or header value.
-_UNSAFE = re.compile('[\x00-\x20\x7f]').search
-_UNSAFE_VALUE = re.compile('[\x00\r\n]').search
+_UNSAFE = re.compile(r'[\x00-\x20\x7f]').search
+_UNSAFE_VALUE = re.compile(r'[\x00\r\n]').search
 
 
 def _header_block(endpoint, extra, json_body):

@@ -104,9 +104,17 @@ class Connection:
         except (BrokenPipeError, ConnectionResetError) as e:
             raise ServerClosed('connection closed by the server before '
                                'the request was sent: %s' % e) from e
+        status = None
         while True:
-            status, version11, length, chunked, close, keep_alive = (
-                self._head())
+            try:
+                status, version11, length, chunked, close, keep_alive = (
+                    self._head())
+            except ServerClosed:
+                if status is None:
+                    raise
+                # The server did read the request: not one to send again.
+                raise ProtocolError('connection closed after an interim '
+                                    '%d answer' % status) from None
             # Interim answers (100 Continue, 103 Early Hints) precede the
             # real one; 101 means the connection is no longer HTTP.
             if status >= 200 or status == 101:

@@ -324,6 +324,8 @@ def test_head_has_no_body(scripted):
      'Content-Length'),
     (b'HTTP/1.1 200 OK\r\nNo colon\r\n\r\n', http11.ProtocolError, 'header'),
     (b'HTTP/1.1 200 OK\r\nContent-Len', http11.ProtocolError, 'head'),
+    (b'HTTP/1.1 103 Early Hints\r\n\r\n', http11.ProtocolError,
+     'interim 103'),
 ])
 def test_broken_answers_raise(scripted, answer, error, text):
     server = scripted({'/r': (answer, True), '/next': (_ok(), False)})
