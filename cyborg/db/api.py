@@ -421,6 +421,7 @@ class Session:
         self.dialect = engine.dialect
         self._sa = None
         self._done = False
+        self._autocommit = False
         try:
             self._raw = engine.raw_connection()
         except self.dialect.loaded_dbapi.Error as e:
@@ -431,6 +432,12 @@ class Session:
                 self._raw.driver_connection.execute(
                     'BEGIN IMMEDIATE' if writing else 'BEGIN')
                 self._raw.info['in_transaction'] = True
+            elif self.dialect.driver == 'psycopg2':
+                try:
+                    self._autocommit = _autocommit_reads(self._raw) \
+                        if not writing else _no_autocommit(self._raw)
+                except self.dialect.loaded_dbapi.Error as e:
+                    self._failed(e, None)
         except sqlite3.Error as e:
             self._raw.close()
             # "database is locked" once the busy timeout is spent: the
@@ -524,6 +531,16 @@ class Session:
             return values
         return tuple(values[k] for k in positions)
 
+    def _end_autocommit(self):
+        # Before the connection goes back to the pool: the next session
+        # on it may be a writer.
+        if self._autocommit:
+            self._autocommit = False
+            try:
+                self._raw.driver_connection.autocommit = False
+            except self.dialect.loaded_dbapi.Error as e:
+                self._raw.invalidate(e)
+
     def _failed(self, error, cursor):
         disconnect = self.dialect.is_disconnect(
             error, self._raw.driver_connection, cursor)
@@ -544,6 +561,7 @@ class Session:
                     self._sa.rollback()
             finally:
                 self._raw.info.pop('in_transaction', None)
+                self._end_autocommit()
                 self._sa.close()
             return
         ended = False
@@ -559,11 +577,66 @@ class Session:
                 self._failed(e, None)
         finally:
             self._raw.info.pop('in_transaction', None)
+            self._end_autocommit()
             # A transaction ended here needs no reset on return: the
             # pool's rollback would be one more round trip to MariaDB per
             # transaction (what SQLAlchemy's own Connection.close() skips
             # the same way).
             self._raw._close_special(transaction_reset=ended)
+
+
+def _autocommit_reads(raw):
+    """Put a psycopg2 connection in autocommit for a reader and return
+    True, when its transactions are READ COMMITTED (PostgreSQL's
+    default); else leave it as it is and return False.
+
+    At READ COMMITTED every statement takes a snapshot of its own, inside
+    a transaction or not, and a reader takes no locks: a transaction
+    around its SELECTs changes nothing it sees, and costs two round trips
+    of its own (psycopg2 sends BEGIN before the first statement, and the
+    session a COMMIT). At REPEATABLE READ or SERIALIZABLE (an operator's
+    default_transaction_isolation, or the connection's) its statements
+    share one snapshot, so readers keep their transaction there. The
+    level is read once per connection.
+    """
+    conn = raw.driver_connection
+    if conn.get_transaction_status() != _PG_IDLE:
+        return False
+    conn.autocommit = True
+    try:
+        level = raw.info.get('cyborg_isolation')
+        if level is None:
+            cursor = conn.cursor()
+            try:
+                cursor.execute('SHOW transaction_isolation')
+                level = raw.info['cyborg_isolation'] = cursor.fetchone()[0]
+            finally:
+                cursor.close()
+    except BaseException:
+        _no_autocommit(raw)
+        raise
+    if level != 'read committed':
+        conn.autocommit = False
+        return False
+    return True
+
+
+def _no_autocommit(raw):
+    """A writer's psycopg2 connection in transactions, whatever a session
+    before it left (readers put it back; this is the guarantee). False.
+    """
+    try:
+        if raw.driver_connection.autocommit:
+            raw.driver_connection.autocommit = False
+    except Exception:
+        # A dead connection: the statement that follows fails and is
+        # handled as a lost connection.
+        pass
+    return False
+
+
+# psycopg2.extensions.TRANSACTION_STATUS_IDLE: no transaction open.
+_PG_IDLE = 0
 
 
 @contextlib.contextmanager
