@@ -266,7 +266,8 @@ def test_what_the_request_carries(scripted):
     (b'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\n'
      b'Content-Length: 2\r\n\r\n[]', b'[]'),
     (b'HTTP/1.1 200 OK\nContent-Length: 3\n\nabc', b'abc'),
-])
+], ids=['chunked', 'lowercase-length', '204', '304', 'after-100',
+        'bare-lf'])
 def test_bodies_on_a_kept_connection(scripted, answer, body):
     server = scripted({'/r': (answer, False), '/next': (_ok(), False)})
     c = client.local(server.port)
@@ -283,7 +284,7 @@ def test_bodies_on_a_kept_connection(scripted, answer, body):
     (b'HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}',
      b'{}'),
     (b'HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nxyz', b'xyz'),
-])
+], ids=['no-length', 'http10', 'connection-close', 'not-chunked'])
 def test_answers_that_end_the_connection(scripted, answer, body):
     server = scripted({'/r': (answer, True)})
     c = client.local(server.port)
@@ -326,7 +327,9 @@ def test_head_has_no_body(scripted):
     (b'HTTP/1.1 200 OK\r\nContent-Len', http11.ProtocolError, 'head'),
     (b'HTTP/1.1 103 Early Hints\r\n\r\n', http11.ProtocolError,
      'interim 103'),
-])
+], ids=['cut-body', 'cut-chunk', 'bad-chunk-size', 'bad-protocol',
+        'bad-status', 'bad-length', 'bad-header', 'cut-head',
+        'interim-then-close'])
 def test_broken_answers_raise(scripted, answer, error, text):
     server = scripted({'/r': (answer, True), '/next': (_ok(), False)})
     c = client.local(server.port)
