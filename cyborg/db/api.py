@@ -536,6 +536,8 @@ class Session:
         # on it may be a writer.
         if self._autocommit:
             self._autocommit = False
+            if not self._raw.is_valid:
+                return                  # thrown away, never handed out
             try:
                 self._raw.driver_connection.autocommit = False
             except self.dialect.loaded_dbapi.Error as e:

@@ -10,6 +10,7 @@ now() = statement_timestamp(): now() is when the transaction began (in a
 transaction psycopg2 began, its BEGIN, a statement before the first).
 """
 
+from oslo_db import exception as db_exc
 import pytest
 import sqlalchemy as sa
 
@@ -83,4 +84,27 @@ def test_readers_keep_a_transaction_at_repeatable_read(postgresql):
         sa.event.remove(engine, 'connect', repeatable_read)
         engine.dispose()
     with api.reader() as session:
+        assert _alone(session, True) == [True, True]
+
+
+@pytest.mark.parametrize('prepared', [True, False])
+def test_a_reader_that_loses_its_connection_is_an_outage(
+        postgresql, prepared):
+    # The server ends the reader's session between two statements: the
+    # second fails as a lost connection (not as anything about putting
+    # the connection back), and the next reader gets a new one.
+    with pytest.raises(db_exc.DBConnectionError):
+        with api.reader() as session:
+            pid = session.execute(WHO).scalar()
+            admin = postgresql.engine(poolclass=sa.pool.NullPool)
+            try:
+                with admin.connect() as other:
+                    other.execute(sa.text(
+                        'SELECT pg_terminate_backend(%d, 10000)' % pid))
+            finally:
+                admin.dispose()
+            statement = api.Prepared(ALONE) if prepared else ALONE
+            session.execute(statement).scalar()
+    with api.reader() as session:
+        assert session.execute(WHO).scalar() != pid
         assert _alone(session, True) == [True, True]
