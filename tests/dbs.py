@@ -10,6 +10,7 @@ CYBORG_TEST_REQUIRE_DBS=1 (set by .ci/run), where it fails the run.
 import os
 
 import pytest
+import sqlalchemy as sa
 
 from cyborg_harness import databases
 
@@ -61,3 +62,25 @@ def drop_shared():
         _, db = _SHARED.popitem()
         if isinstance(db, databases.Database):
             db.drop()
+
+
+# The server's id of the session a statement runs in, per backend.
+SESSION_ID = {'mysql': sa.func.connection_id,
+              'postgresql': sa.func.pg_backend_pid}
+# How a server ends a session from outside (an operator's KILL, a
+# failover); PostgreSQL's two-argument form returns once it is gone.
+_END = {'mysql': 'KILL %d',
+        'postgresql': 'SELECT pg_terminate_backend(%d, 10000)'}
+
+
+def end_session(database, session_id):
+    """Have `database`'s server end session `session_id`, from a
+    connection of its own.
+    """
+    admin = database.engine(poolclass=sa.pool.NullPool)
+    try:
+        with admin.connect() as other:
+            other.execute(sa.text(_END[database.backend] % session_id))
+            other.commit()
+    finally:
+        admin.dispose()

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from cyborg.db import api
 from cyborg.db import models
+from tests import dbs
 
 DP = models.DeviceProfile.__table__
 # Both through a Prepared statement (the driver's cursor) and through
@@ -96,13 +97,7 @@ def test_a_reader_that_loses_its_connection_is_an_outage(
     with pytest.raises(db_exc.DBConnectionError):
         with api.reader() as session:
             pid = session.execute(WHO).scalar()
-            admin = postgresql.engine(poolclass=sa.pool.NullPool)
-            try:
-                with admin.connect() as other:
-                    other.execute(sa.text(
-                        'SELECT pg_terminate_backend(%d, 10000)' % pid))
-            finally:
-                admin.dispose()
+            dbs.end_session(postgresql, pid)
             statement = api.Prepared(ALONE) if prepared else ALONE
             session.execute(statement).scalar()
     with api.reader() as session:

@@ -22,19 +22,13 @@ from cyborg.conf import CONF
 from cyborg.db import api
 from cyborg.db import pooling
 from tests.db import seed
+from tests import dbs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-_SESSION_ID = {'mysql': sa.func.connection_id,
-               'postgresql': sa.func.pg_backend_pid}
-# How a server ends an idle session from outside (an operator's KILL);
-# PostgreSQL's two-argument form returns once the session is gone.
-_END = {'mysql': 'KILL %d',
-        'postgresql': 'SELECT pg_terminate_backend(%d, 10000)'}
-
 
 def _server_only(database):
-    if database.backend not in _SESSION_ID:
+    if database.backend not in dbs.SESSION_ID:
         pytest.skip('a SQLite connection has no server to lose it')
 
 
@@ -42,17 +36,7 @@ def _session_id():
     """The server's id of the session the next transaction gets."""
     with api.reader() as session:
         return session.execute(sa.select(
-            _SESSION_ID[session.dialect.name]())).scalar()
-
-
-def _end_session(database, session_id):
-    admin = database.engine(poolclass=sa.pool.NullPool)
-    try:
-        with admin.connect() as other:
-            other.execute(sa.text(_END[database.backend] % session_id))
-            other.commit()
-    finally:
-        admin.dispose()
+            dbs.SESSION_ID[session.dialect.name]())).scalar()
 
 
 def _pings(monkeypatch):
@@ -109,7 +93,7 @@ def test_an_idle_connection_the_server_ended_is_replaced_unseen(
     _server_only(database)
     api.get_engine().dispose()
     first = _session_id()
-    _end_session(database, first)
+    dbs.end_session(database, first)
     pings = _pings(monkeypatch)
     uuid = seed.profile()['uuid']
     assert len(pings) == 1
@@ -128,7 +112,7 @@ def test_a_request_after_a_kill_gets_its_answer(database):
     dp = seed.profile()
     app = api_app.setup_app()
     api.get_engine().dispose()
-    _end_session(database, _session_id())
+    dbs.end_session(database, _session_id())
     r = webob.Request.blank('/v2/device_profiles/%s' % dp['uuid']).\
         get_response(app)
     assert r.status_int == 200
@@ -148,7 +132,7 @@ def test_a_long_idle_connection_is_pinged(database, monkeypatch):
         with api.reader() as session:
             session._raw.info[pooling._USED] -= pooling.IDLE_PING + 1
             return session.execute(sa.select(
-                _SESSION_ID[session.dialect.name]())).scalar()
+                dbs.SESSION_ID[session.dialect.name]())).scalar()
 
     first = used_long_ago()             # a new connection: no ping
     assert used_long_ago() == first     # pinged, alive, kept
@@ -168,7 +152,7 @@ def test_a_connection_past_its_recycle_time_is_replaced(database):
     api.get_engine().dispose()
     with api.reader() as session:
         first = session.execute(sa.select(
-            _SESSION_ID[session.dialect.name]())).scalar()
+            dbs.SESSION_ID[session.dialect.name]())).scalar()
         session._raw._connection_record.starttime -= (
             CONF.database.connection_recycle_time + 1)
     assert _session_id() != first

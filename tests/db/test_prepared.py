@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from cyborg.db import api
 from cyborg.db import models
+from tests import dbs
 
 DP = models.DeviceProfile.__table__
 INSERT = api.Prepared(DP.insert())
@@ -109,32 +110,19 @@ def test_an_ended_transaction_is_not_rolled_back_again_on_return(database):
     assert names == ['kept']
 
 
-# How a server drops one session: what an operator's KILL, a failover or a
-# restart does to a connection in the middle of its COMMIT.
-_DROP = {'mysql': (sa.func.connection_id, 'KILL %d'),
-         'postgresql': (sa.func.pg_backend_pid,
-                        'SELECT pg_terminate_backend(%d)')}
-
-
 def _drop_own_session(database, session, prepared=True):
-    """Have the server drop `session`'s connection, from another one;
-    `prepared`: ask who it is through a Prepared statement (the
-    transaction stays on the driver's connection), else through
-    SQLAlchemy.
+    """Have the server drop `session`'s connection, from another one (what
+    an operator's KILL, a failover or a restart does to a connection in
+    the middle of its COMMIT); `prepared`: ask who it is through a
+    Prepared statement (the transaction stays on the driver's
+    connection), else through SQLAlchemy.
     """
-    if database.backend not in _DROP:
+    if database.backend not in dbs.SESSION_ID:
         pytest.skip('a SQLite connection cannot be dropped by a server')
-    whoami, drop = _DROP[database.backend]
-    query = sa.select(whoami())
+    query = sa.select(dbs.SESSION_ID[database.backend]())
     (session_id,) = session.execute(
         api.Prepared(query) if prepared else query).one()
-    admin = database.engine(poolclass=sa.pool.NullPool)
-    try:
-        with admin.connect() as other:
-            other.execute(sa.text(drop % session_id))
-            other.commit()
-    finally:
-        admin.dispose()
+    dbs.end_session(database, session_id)
 
 
 @pytest.mark.parametrize('path', ['driver', 'sqlalchemy'])
