@@ -11,7 +11,7 @@ same gunicorn; ``cyborg-bench load`` runs the one-client workloads of
 side-by-side (noop, dp-create, dp-get, dp-delete, dp-list, arq-create,
 the unbound boot flow) against both. The limit of a workload is the
 floor's p50 per request (for the list, the floor's answer of the list's
-size: side_by_side.FLOOR_OF) plus, measured on the same database with the
+size: side_by_side.LIST_FLOOR) plus, measured on the same database with the
 driver alone, one durable commit per write, one read by primary key
 per read and one read of the listed rows for the list
 (``cyborg-bench profile``'s Limits). The reference Cyborg is not
@@ -69,7 +69,7 @@ def one(args, backend, workdir):
         extra = ['--requests', str(args.requests), '--time-limit', '30']
         floor_doc = side_by_side.bench(
             'floor-' + backend, 'http://127.0.0.1:%d' % floor.port, d,
-            ['noop'] + list(side_by_side.FLOOR_OF.values()), args, extra)
+            ['noop', side_by_side.LIST_FLOOR], args, extra)
         floor.stop()
         ours = api.Server(config, d, args.workers, 1, 'sync')
         servers.append(ours)

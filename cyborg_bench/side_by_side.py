@@ -24,7 +24,7 @@ One command::
    lazy-apps, for ours (``cyborg.wsgi.api``), the reference
    (``cyborg.wsgi.api`` of its venv) and the floor (``cyborg.wsgi.floor``:
    ``GET /`` answers ``{}``, the list path an answer of the list's size;
-   the limits, FLOOR_OF and LIMIT_OF, start from them).
+   the limits, LIST_FLOOR and LIMIT_OF, start from them).
 4. ``cyborg-bench load`` runs the same workloads against each, one
    client; ours also at concurrency 4/16/64. Rows for the table-size
    workloads are cloned straight into each database (``--seed-db``).
@@ -384,7 +384,7 @@ def _bench_floor(name, args, p, workdir, url, compared):
     the list's size (cyborg.wsgi.floor).
     """
     return bench(name, url, workdir,
-                 ['noop'] + [w for w in FLOOR_OF.values() if w in compared],
+                 ['noop'] + ([LIST_FLOOR] if LIST_FLOOR in compared else []),
                  args, common_args(p, p['time_limit'], p['sizes']))
 
 
@@ -584,12 +584,12 @@ LIMIT_OF = {'noop': (1, 0, 0, 0), 'dp-create': (1, 1, 0, 0),
             'dp-get': (1, 0, 1, 0), 'dp-delete': (1, 1, 0, 0),
             'dp-list': (1, 0, 0, 1), 'arq-create': (1, 1, 0, 0),
             'boot': (3, 2, 1, 0)}
-# The floor's request of a workload whose answer is not small: the no-op
-# app answering as many bytes (cyborg.wsgi.floor's list, measured with the
-# same workload), since moving and decoding a 76 KB answer costs the
-# client about 0.8 ms more than `{}` before the server does anything.
-# Every other workload's floor request is the floor's noop (GET / → {}).
-FLOOR_OF = {'dp-list': 'dp-list'}
+# The workload whose floor request is the no-op app answering as many
+# bytes (cyborg.wsgi.floor's list, measured with this same workload), since
+# moving and decoding its 76 KB answer costs the client about 0.8 ms more
+# than `{}` before the server does anything. Every other workload's floor
+# request is the floor's noop (GET / → {}).
+LIST_FLOOR = 'dp-list'
 
 
 def floor_figures(doc):
@@ -602,11 +602,10 @@ def floor_figures(doc):
     if noop is None:
         return None
     out = dict(noop)
-    for workload in FLOOR_OF.values():
-        row = next((r for k, r in found.items()
-                    if k[0] == workload and k[2] == 1), None)
-        if row and row.get('p50_ms'):
-            out['list_p50_ms'] = row['p50_ms']
+    row = next((r for k, r in found.items()
+                if k[0] == LIST_FLOOR and k[2] == 1), None)
+    if row and row.get('p50_ms'):
+        out['list_p50_ms'] = row['p50_ms']
     return out
 
 
@@ -619,7 +618,7 @@ def limit_ms(workload, floor, storage):
     parts = LIMIT_OF.get(workload)
     if not parts:
         return None
-    floor_ms = floor.get('list_p50_ms' if workload in FLOOR_OF
+    floor_ms = floor.get('list_p50_ms' if workload == LIST_FLOOR
                          else 'p50_ms')
     if not floor_ms:
         return None
