@@ -434,8 +434,10 @@ class Session:
                 self._raw.info['in_transaction'] = True
             elif self.dialect.driver == 'psycopg2':
                 try:
-                    self._autocommit = _autocommit_reads(self._raw) \
-                        if not writing else _no_autocommit(self._raw)
+                    if writing:
+                        _no_autocommit(self._raw)
+                    else:
+                        self._autocommit = _autocommit_reads(self._raw)
                 except self.dialect.loaded_dbapi.Error as e:
                     self._failed(e, None)
         except sqlite3.Error as e:
@@ -625,7 +627,7 @@ def _autocommit_reads(raw):
 
 def _no_autocommit(raw):
     """A writer's psycopg2 connection in transactions, whatever a session
-    before it left (readers put it back; this is the guarantee). False.
+    before it left (readers put it back; this is the guarantee).
     """
     try:
         if raw.driver_connection.autocommit:
@@ -634,7 +636,6 @@ def _no_autocommit(raw):
         # A dead connection: the statement that follows fails and is
         # handled as a lost connection.
         pass
-    return False
 
 
 # psycopg2.extensions.TRANSACTION_STATUS_IDLE: no transaction open.

@@ -55,12 +55,16 @@ def handler(status=200):
             response.app_iter = [data]
             response.headerlist = [
                 h for h in response.headerlist
-                if h[0].lower() not in _BODY_HEADERS] + [
-                ('Content-Type', 'application/json'),
-                ('Content-Length', str(len(data)))]
+                if h[0].lower() not in _BODY_HEADERS] + json_headers(data)
             return response
         return wrapper
     return decorate
+
+
+def json_headers(data):
+    """The headers of a JSON answer whose body is `data` (bytes)."""
+    return [('Content-Type', 'application/json'),
+            ('Content-Length', str(len(data)))]
 
 
 # The headers a JSON answer sets (webob's names for them, lowercased).

@@ -56,8 +56,7 @@ def answer_root(environ, start_response, request_cls):
             environ, request_cls)).encode()
     except webob.exc.HTTPException as e:
         return e(environ, start_response)
-    start_response('200 OK', [('Content-Type', 'application/json'),
-                              ('Content-Length', str(len(data)))])
+    start_response('200 OK', base.json_headers(data))
     return [data]
 
 
