@@ -363,6 +363,62 @@ def _processed(row, results):
     return row
 
 
+def _keys(prepared, params):
+    """The column keys a Prepared statement is compiled for: an INSERT's
+    depend on the values given.
+    """
+    if not prepared.statement.is_insert:
+        return None
+    first = params[0] if isinstance(params, list) else params
+    return tuple(sorted(first or {}))
+
+
+def _args(compiled, positions, binds, defaults, params):
+    values = compiled.construct_params(params)
+    for key, is_callable, arg in defaults:
+        if values.get(key) is None:
+            values[key] = arg(None) if is_callable else arg
+    for key, process in binds.items():
+        if key in values:
+            values[key] = process(values[key])
+    if positions is None:
+        return values
+    return tuple(values[k] for k in positions)
+
+
+def _query(dialect, dbapi_conn, plan, params, stored, failed):
+    """The Result of a Prepared statement's plan run on the driver's
+    connection; failed(error, cursor) raises what a driver error is.
+    """
+    sql, positions, binds, results, defaults, compiled = plan
+    many = isinstance(params, list)
+    args = [_args(compiled, positions, binds, defaults, p or {})
+            for p in (params if many else [params])]
+    cursor = None
+    try:
+        cursor = dbapi_conn.cursor()
+        if many and len(args) > 1:
+            cursor.executemany(sql, args)
+        else:
+            cursor.execute(sql, args[0])
+        rows = cursor.fetchall() if cursor.description else []
+        rowcount = cursor.rowcount
+    except dialect.loaded_dbapi.Error as e:
+        failed(e, cursor)
+    finally:
+        if cursor is not None:
+            cursor.close()
+    names = [entry[0] for entry in compiled._result_columns]
+    if stored:
+        result = Result(names, rows, rowcount)
+        result.process = (lambda row: _processed(row, results)) \
+            if results else tuple
+        return result
+    if results and rows:
+        rows = [_processed(row, results) for row in rows]
+    return Result(names, rows, rowcount)
+
+
 class Result:
     """The rows of a Prepared statement: what the callers use of
     SQLAlchemy's result (first, one, all, scalar, mappings, keys,
@@ -485,53 +541,12 @@ class Session:
         return [tuple(r) for r in rows], tuple
 
     def _run(self, prepared, params, stored=False):
-        many = isinstance(params, list)
-        first = (params[0] if many else params) or {}
-        keys = tuple(sorted(first)) if prepared.statement.is_insert \
-            else None
-        plan = prepared.compiled(self.dialect, keys)
+        plan = prepared.compiled(self.dialect, _keys(prepared, params))
         if plan is None:
             self._sa = sa.engine.Connection(self.engine, self._raw)
             return self._sa.execute(prepared.statement, params)
-        sql, positions, binds, results, defaults, compiled = plan
-        args = [self._args(compiled, positions, binds, defaults, p)
-                for p in (params if many else [first])]
-        cursor = None
-        try:
-            cursor = self._raw.driver_connection.cursor()
-            if many and len(args) > 1:
-                cursor.executemany(sql, args)
-            else:
-                cursor.execute(sql, args[0])
-            rows = cursor.fetchall() if cursor.description else []
-            rowcount = cursor.rowcount
-        except self.dialect.loaded_dbapi.Error as e:
-            self._failed(e, cursor)
-        finally:
-            if cursor is not None:
-                cursor.close()
-        names = [entry[0] for entry in compiled._result_columns]
-        if stored:
-            result = Result(names, rows, rowcount)
-            result.process = (lambda row: _processed(row, results)) \
-                if results else tuple
-            return result
-        if results and rows:
-            rows = [_processed(row, results) for row in rows]
-        return Result(names, rows, rowcount)
-
-    @staticmethod
-    def _args(compiled, positions, binds, defaults, params):
-        values = compiled.construct_params(params)
-        for key, is_callable, arg in defaults:
-            if values.get(key) is None:
-                values[key] = arg(None) if is_callable else arg
-        for key, process in binds.items():
-            if key in values:
-                values[key] = process(values[key])
-        if positions is None:
-            return values
-        return tuple(values[k] for k in positions)
+        return _query(self.dialect, self._raw.driver_connection, plan,
+                      params, stored, self._failed)
 
     def _end_autocommit(self):
         # Before the connection goes back to the pool: the next session
@@ -675,6 +690,80 @@ def reader():
 
 def writer():
     return _transaction(True)
+
+
+def read(statement, params=None):
+    """The Result of a query that is a reader's only statement: what
+    `with reader() as s: s.execute(statement, params)` gives, every row
+    fetched. A reader of several statements keeps reader(): they must
+    all see one state of the database, which only a transaction gives.
+
+    One statement needs no transaction around it for that. On a SQLite
+    file it runs on its own, in the read transaction SQLite gives every
+    statement outside one (its own snapshot, as a BEGIN would take at the
+    statement), on a pooled connection checked out without SQLAlchemy's
+    proxy (pooling.take): no BEGIN, no COMMIT, about a third of a
+    lookup's cost. Elsewhere it runs in a reader() (PostgreSQL's readers
+    at READ COMMITTED run each statement on its own already).
+    """
+    return _read(statement, params, False)
+
+
+def read_stored(statement, params=None):
+    """read() as Session.execute_stored() gives it: (rows, process)."""
+    return _read(statement, params, True)
+
+
+def _read(statement, params, stored):
+    engine = _engine()
+    if isinstance(statement, Prepared):
+        if not statement.statement.is_select:
+            raise ValueError('read() runs queries only')
+        plan = statement.compiled(engine.dialect, None)
+        if plan is not None:
+            record = _take(engine)
+            if record is not None:
+                try:
+                    result = _query(engine.dialect, record.dbapi_connection,
+                                    plan, params, stored,
+                                    _lone_failed(engine, record))
+                finally:
+                    pooling.give_back(record)
+                return (result._rows, result.process) if stored else result
+    elif not statement.is_select:
+        raise ValueError('read() runs queries only')
+    with reader() as session:
+        if stored:
+            return session.execute_stored(statement, params)
+        result = session.execute(statement, params)
+    if isinstance(result, Result):
+        return result
+    return Result(list(result.keys()), result.all(), result.rowcount)
+
+
+def _take(engine):
+    """pooling.take(), its driver's errors (a database that cannot be
+    opened) translated as a Session's are.
+    """
+    dialect = engine.dialect
+    try:
+        return pooling.take(engine)
+    except dialect.loaded_dbapi.Error as e:
+        sa.engine.Connection._handle_dbapi_exception_noconnection(
+            e, dialect, engine)
+
+
+def _lone_failed(engine, record):
+    """Session._failed() for a connection from pooling.take()."""
+    def failed(error, cursor):
+        dialect = engine.dialect
+        disconnect = dialect.is_disconnect(
+            error, record.dbapi_connection, cursor)
+        if disconnect:
+            record.invalidate(error)
+        sa.engine.Connection._handle_dbapi_exception_noconnection(
+            error, dialect, engine, is_disconnect=disconnect)
+    return failed
 
 
 def get_engine():

@@ -187,19 +187,29 @@ def list_(project_id=None, instance_uuid=None, states=None, limit=None,
     """One query (two with a marker): ARQs with their profile's name and
     attach handle, in id order.
     """
+    if marker is None:
+        # One statement, which needs no transaction (api.read()).
+        return _listed(None, project_id, instance_uuid, states, limit, None)
     with api.reader() as session:
-        params = api.bounds(session, ARQ, limit, marker)
-        if project_id is not None:
-            params['project_id'] = project_id
-        if instance_uuid is not None:
-            params['instance_uuid'] = instance_uuid
-        if states is not None:
-            params['states'] = list(states)
-        query = _list_statement(project_id is not None,
-                                instance_uuid is not None,
-                                states is not None, marker is not None,
-                                limit is not None)
-        return [_decode(r) for r in api.rows(session.execute(query, params))]
+        return _listed(session, project_id, instance_uuid, states, limit,
+                       marker)
+
+
+def _listed(session, project_id, instance_uuid, states, limit, marker):
+    params = api.bounds(session, ARQ, limit, marker)
+    if project_id is not None:
+        params['project_id'] = project_id
+    if instance_uuid is not None:
+        params['instance_uuid'] = instance_uuid
+    if states is not None:
+        params['states'] = list(states)
+    query = _list_statement(project_id is not None,
+                            instance_uuid is not None,
+                            states is not None, marker is not None,
+                            limit is not None)
+    result = api.read(query, params) if session is None else \
+        session.execute(query, params)
+    return [_decode(r) for r in api.rows(result)]
 
 
 def instance_unresolved(instance_uuid, project_id=None):
@@ -223,9 +233,8 @@ def get(uuid, project_id=None):
     params = {'uuid': uuid}
     if project_id is not None:
         params['project_id'] = project_id
-    with api.reader() as session:
-        row = session.execute(_get_statement(project_id is not None),
-                              params).mappings().first()
+    row = api.read(_get_statement(project_id is not None),
+                   params).mappings().first()
     if row is None:
         raise exception.not_found('ExtArq', uuid=uuid)
     return _decode(row)

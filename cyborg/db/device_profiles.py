@@ -71,9 +71,8 @@ def create(uuid, name, groups, description=None):
 
 
 def _exists(column, value):
-    with api.reader() as session:
-        return session.execute(
-            sa.select(DP.c.id).where(column == value)).first() is not None
+    return api.read(sa.select(DP.c.id).where(column == value)).first() \
+        is not None
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,9 +96,13 @@ def _listing(session, names, limit, marker):
 
 def list_(names=None, limit=None, marker=None):
     """Profiles in id order (the API lists them with list_stored())."""
-    with api.reader() as session:
-        rows = session.execute(*_listing(session, names, limit,
-                                         marker)).all()
+    if marker is None:
+        # One statement, which needs no transaction (api.read()).
+        rows = api.read(*_listing(None, names, limit, marker)).all()
+    else:
+        with api.reader() as session:
+            rows = session.execute(*_listing(session, names, limit,
+                                             marker)).all()
     if not rows:
         return []
     # Every row's profile_json as one JSON document: one decoder call
@@ -115,9 +118,12 @@ def list_stored(names=None, limit=None, marker=None):
     the profile with its stored JSON text (`profile_json`) instead of
     the decoded `groups` (groups_of() decodes them).
     """
-    with api.reader() as session:
-        rows, process = session.execute_stored(
-            *_listing(session, names, limit, marker))
+    if marker is None:
+        rows, process = api.read_stored(*_listing(None, names, limit, marker))
+    else:
+        with api.reader() as session:
+            rows, process = session.execute_stored(
+                *_listing(session, names, limit, marker))
     return rows, lambda row: _decode(process(row), _NOT_DECODED)
 
 
@@ -127,22 +133,20 @@ def groups_of(dp):
 
 
 def get_by_uuid(uuid):
-    with api.reader() as session:
-        return _find(session, 'uuid', uuid)
+    return _found(api.read(_BY['uuid'], {'v': uuid}), 'uuid', uuid)
 
 
 def get_by_name(name):
-    with api.reader() as session:
-        return find_by_name(session, name)
+    return _found(api.read(_BY['name'], {'v': name}), 'name', name)
 
 
 def find_by_name(session, name):
     """get_by_name() inside the caller's transaction."""
-    return _find(session, 'name', name)
+    return _found(session.execute(_BY['name'], {'v': name}), 'name', name)
 
 
-def _find(session, key, value):
-    row = session.execute(_BY[key], {'v': value}).first()
+def _found(result, key, value):
+    row = result.first()
     if row is None:
         raise exception.not_found('Device Profile', **{key: value})
     return _decode(row)

@@ -27,6 +27,12 @@ The pool itself stays SQLAlchemy's QueuePool (size, overflow, timeout,
 recycle, dispose). The SQLite file engine, which is ours, keeps its idle
 connections in a queue.SimpleQueue (Pool below); oslo.db builds the
 MariaDB and PostgreSQL engines with their pools.
+
+A read of one statement on that engine (cyborg.db.api.read) takes its
+connection with take() and gives it back with give_back(): the pool's own
+checkout and checkin (its limits, timeout, recycle, invalidation, connect
+and checkin listeners) without the proxy SQLAlchemy wraps around a
+connection for its users, which was three quarters of their cost.
 """
 
 import os
@@ -118,6 +124,46 @@ class Pool(sa.pool.QueuePool):
     _sqla_logger_namespace = 'sqlalchemy.pool.impl.QueuePool'
 
 
+def take(engine):
+    """A connection record of `engine`'s pool, checked out as the pool
+    would, its connection (record.dbapi_connection) of this process and
+    outside any transaction; None where the engine's pool is not a Pool,
+    or where listeners other than guard()'s (with ping=False) would see a
+    checkout or a reset (the caller takes SQLAlchemy's checkout, which
+    runs them).
+    Give it back with give_back().
+    """
+    pool = engine.pool
+    dispatch = pool.dispatch
+    if (type(pool) is not Pool or dispatch.reset
+            or len(dispatch.checkout) != 1
+            or getattr(engine, 'cyborg_checkout', None)
+            not in dispatch.checkout):
+        return None
+    record = pool._do_get()
+    try:
+        record.get_connection()     # recycled or reconnected when due
+        if record.info[_PID] != os.getpid():
+            # guard()'s checkout: forget another process's connection
+            # without closing it, and open one of this process.
+            record.dbapi_connection = None
+            record.get_connection()
+    except BaseException as e:
+        # What SQLAlchemy's checkout does with a failed connection: closed
+        # and its place in the pool given back.
+        record._checkin_failed(e, _fairy_was_created=False)
+        raise
+    return record
+
+
+def give_back(record):
+    """Check in a record from take(), through the pool's checkin (its
+    listeners, the pool size; an invalidated one is reopened when next
+    used).
+    """
+    record.checkin(_fairy_was_created=False)
+
+
 def _socket(dbapi_conn):
     """A poll() object for the connection's socket, or None for a driver
     whose socket we cannot see (its connections are always pinged).
@@ -174,6 +220,9 @@ def guard(engine, ping):
                 raise sa.exc.InvalidatePoolError(
                     'the database closed the connection')
 
+    # take() does its work, for a pool with no other checkout listener
+    # (where there is no ping to do: one is not a poll away).
+    engine.cyborg_checkout = None if ping else checkout
     if ping:
         # The listener above pings when needed; this was every checkout.
         engine.pool._pre_ping = False

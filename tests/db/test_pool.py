@@ -179,9 +179,9 @@ def test_dispose_closes_what_the_pool_holds(database):
 
 def test_many_threads_share_a_small_pool(database):
     """More threads than connections (the conductor's executor): each
-    waits its turn, none fails, and never more than pool size plus
-    overflow are open at once; afterwards none is left checked out and no
-    more than the pool size idle.
+    waits its turn (lone reads too), none fails, and never more than pool
+    size plus overflow are open at once; afterwards none is left checked
+    out and no more than the pool size idle.
     """
     CONF.set_override('max_pool_size', 2, group='database')
     CONF.set_override('max_overflow', 1, group='database')
@@ -203,6 +203,7 @@ def test_many_threads_share_a_small_pool(database):
     dp = seed.profile()
     errors = queue.SimpleQueue()
     query = sa.select(seed.DP.c.name).where(seed.DP.c.uuid == dp['uuid'])
+    lone = api.Prepared(query)
     touch = seed.DP.update().where(seed.DP.c.uuid == dp['uuid']).values(
         description='touched')
 
@@ -212,6 +213,8 @@ def test_many_threads_share_a_small_pool(database):
                 if i % 4 == 0:
                     with api.writer() as session:
                         session.execute(touch)
+                elif i % 4 == 1:        # a lone read (pooling.take)
+                    assert api.read(lone, {}).scalar() == dp['name']
                 else:
                     with api.reader() as session:
                         assert session.execute(query).scalar() == dp['name']
