@@ -3,6 +3,8 @@
 
 All DB modules open transactions through `reader()`/`writer()`; one API
 request is one writer transaction, so nothing is ever half-written. A
+reader whose whole work is one query runs it with `read()`, which needs
+no transaction for a consistent answer (on SQLite it has none). A
 transaction is a Core connection (every query here is a Core statement, so
 an ORM session would only add its own set-up and tear-down per call).
 
