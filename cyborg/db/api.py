@@ -751,9 +751,10 @@ def read(statement, params=None):
     file it runs on its own, in the read transaction SQLite gives every
     statement outside one (its own snapshot, as a BEGIN would take at the
     statement), on a pooled connection checked out without SQLAlchemy's
-    proxy (pooling.take): no BEGIN, no COMMIT, about a third of a
-    lookup's cost. Elsewhere it runs in a reader() (PostgreSQL's readers
-    at READ COMMITTED run each statement on its own already).
+    proxy (pooling.take): BEGIN, COMMIT and the proxy were more than
+    half of a lookup's database work. Elsewhere it runs in a reader()
+    (PostgreSQL's readers at READ COMMITTED run each statement on its
+    own already).
     """
     return _read(statement, params, False)
 

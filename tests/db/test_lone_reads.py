@@ -112,11 +112,11 @@ def test_a_read_never_uses_another_processs_connection(sqlite_database):
     engine.dispose()
     with api.reader() as session:
         parents = session._raw.dbapi_connection
-        session._raw.info['cyborg_pid'] = os.getpid() + 1
+        session._raw.info[pooling._PID] = os.getpid() + 1
     api.read(BY_UUID, {'u': 'none'})
     with api.reader() as session:
         assert session._raw.dbapi_connection is not parents
-        assert session._raw.info['cyborg_pid'] == os.getpid()
+        assert session._raw.info[pooling._PID] == os.getpid()
     parents.execute('SELECT 1')                 # still open
 
 
