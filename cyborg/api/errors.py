@@ -57,30 +57,45 @@ class ErrorWrapper:
             response = webob.Response(status=status, headerlist=headers,
                                       app_iter=body,
                                       request=webob.Request(environ))
-        except db_exc.DBConnectionError as e:
-            # An outage, not a bug: one line, no traceback. Nothing was
-            # committed unless the connection went during the COMMIT
-            # itself, which is then said as such.
-            unknown = isinstance(e, db_api.CommitOutcomeUnknown)
-            request = webob.Request(environ)
-            LOG.warning('%s %s: 503, database %s: %s',
-                        request.method, request.path,
-                        'lost during commit' if unknown else 'unreachable',
-                        str(e.inner_exception or e).splitlines()[0][:200])
-            response = webob.Response(
-                status=503, body=fault_body(
-                    503, DB_COMMIT_UNKNOWN if unknown else DB_UNAVAILABLE),
-                content_type='application/json', charset='utf-8')
-            response.retry_after = 5
-        except Exception:
-            LOG.exception('Unhandled API error')
-            response = response_for(RuntimeError())
-        if response.status_int >= 400 and not _is_fault(response):
-            message = _plain_message(response)
-            response.body = fault_body(response.status_int, message).encode()
-            response.content_type = 'application/json'
-            response.charset = 'utf-8'
-        return response(environ, start_response)
+        except Exception as e:
+            response = failure(environ, e)
+        return as_fault(response)(environ, start_response)
+
+
+def failure(environ, exc):
+    """The answer to an exception `exc` raised while answering; called
+    while it is being handled (its traceback is logged).
+    """
+    if isinstance(exc, db_exc.DBConnectionError):
+        # An outage, not a bug: one line, no traceback. Nothing was
+        # committed unless the connection went during the COMMIT
+        # itself, which is then said as such.
+        unknown = isinstance(exc, db_api.CommitOutcomeUnknown)
+        request = webob.Request(environ)
+        LOG.warning('%s %s: 503, database %s: %s',
+                    request.method, request.path,
+                    'lost during commit' if unknown else 'unreachable',
+                    str(exc.inner_exception or exc).splitlines()[0][:200])
+        response = webob.Response(
+            status=503, body=fault_body(
+                503, DB_COMMIT_UNKNOWN if unknown else DB_UNAVAILABLE),
+            content_type='application/json', charset='utf-8')
+        response.retry_after = 5
+        return response
+    LOG.exception('Unhandled API error')
+    return response_for(RuntimeError())
+
+
+def as_fault(response):
+    """`response`, its body made the Cyborg fault if it is an error
+    answer with another body.
+    """
+    if response.status_int >= 400 and not _is_fault(response):
+        message = _plain_message(response)
+        response.body = fault_body(response.status_int, message).encode()
+        response.content_type = 'application/json'
+        response.charset = 'utf-8'
+    return response
 
 
 def _call(app, environ):
@@ -96,14 +111,20 @@ def _call(app, environ):
 
     body = app(environ, start_response)
     if not got or written:
-        # start_response called while iterating, or write() used.
-        try:
-            chunks = list(body)
-        finally:
-            if hasattr(body, 'close'):
-                body.close()
-        body = written + chunks
+        body = drained(body, written)
     return got[0], got[1], body
+
+
+def drained(body, written):
+    """The whole body of an app that called start_response while its
+    body was iterated, or used write(): what it wrote, then its chunks.
+    """
+    try:
+        chunks = list(body)
+    finally:
+        if hasattr(body, 'close'):
+            body.close()
+    return written + chunks
 
 
 def _is_fault(response):

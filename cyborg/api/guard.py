@@ -29,7 +29,8 @@ class UnsupportedMediaType(exception.CyborgException):
                'JSON (application/json) bodies.')
 
 
-def _refuse(exc, environ, start_response):
+def refuse(exc, environ, start_response):
+    """Answer with the Cyborg fault of `exc` (a CyborgException)."""
     return errors.response_for(exc)(environ, start_response)
 
 
@@ -46,6 +47,15 @@ class BodySizeLimit:
         self.limit = limit
 
     def __call__(self, environ, start_response):
+        refused = self.refusal(environ)
+        if refused is not None:
+            return refuse(refused, environ, start_response)
+        return self.app(environ, start_response)
+
+    def refusal(self, environ):
+        """The error refusing this request's body, or None (a chunked
+        body that passes is read, and handed on sized).
+        """
         declared = environ.get('CONTENT_LENGTH')
         if declared:
             try:
@@ -53,21 +63,17 @@ class BodySizeLimit:
             except ValueError:
                 length = -1
             if length < 0:
-                return _refuse(exception.Invalid(
-                    'Malformed Content-Length header.'),
-                    environ, start_response)
+                return exception.Invalid('Malformed Content-Length header.')
             if length > self.limit:
-                return _refuse(RequestTooLarge(limit=self.limit),
-                               environ, start_response)
+                return RequestTooLarge(limit=self.limit)
         elif environ.get('wsgi.input_terminated'):
             body = environ['wsgi.input'].read(self.limit + 1)
             if len(body) > self.limit:
-                return _refuse(RequestTooLarge(limit=self.limit),
-                               environ, start_response)
+                return RequestTooLarge(limit=self.limit)
             environ['wsgi.input'] = io.BytesIO(body)
             environ['CONTENT_LENGTH'] = str(len(body))
             environ['wsgi.input_terminated'] = False
-        return self.app(environ, start_response)
+        return None
 
 
 def _nul():
@@ -109,13 +115,20 @@ class Parseable:
         self.app = app
 
     def __call__(self, environ, start_response):
+        refused = self.refusal(environ)
+        if refused is not None:
+            return refuse(refused, environ, start_response)
+        return self.app(environ, start_response)
+
+    @staticmethod
+    def refusal(environ):
+        """The error refusing what routing could not parse, or None."""
         path = environ.get('PATH_INFO', '')
         prefix = environ.get('SCRIPT_NAME', '')
         if not (prefix + path).isascii() and not _utf8(prefix, path):
-            return _refuse(exception.Invalid(NOT_UTF8),
-                           environ, start_response)
+            return exception.Invalid(NOT_UTF8)
         if '\x00' in path:
-            return _refuse(_nul(), environ, start_response)
+            return _nul()
         media_type = environ.get('CONTENT_TYPE', '').split(';')[0]
         media_type = media_type.strip().lower()
         if not environ.get('QUERY_STRING') and (
@@ -125,21 +138,19 @@ class Parseable:
             # No query string, and a body webob does not parse as a form
             # (webob parses a POST without a Content-Type as one): there
             # are no parameters to check.
-            return self.app(environ, start_response)
+            return None
         if media_type.startswith('multipart/'):
-            refused = UnsupportedMediaType(
+            return UnsupportedMediaType(
                 media_type=exception.excerpt(media_type))
-            return _refuse(refused, environ, start_response)
         try:
             # Parsed once; webob keeps the result in the environ, where
             # pecan finds it.
             params = webob.Request(environ).params
         except (ValueError, DeprecationWarning) as e:
             # webob raises DeprecationWarning for a non-UTF-8 form charset.
-            return _refuse(exception.Invalid(
-                'Malformed query string or form body: %s' % e),
-                environ, start_response)
+            return exception.Invalid(
+                'Malformed query string or form body: %s' % e)
         if any('\x00' in key or '\x00' in value
                for key, value in params.items()):
-            return _refuse(_nul(), environ, start_response)
-        return self.app(environ, start_response)
+            return _nul()
+        return None
