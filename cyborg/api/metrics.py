@@ -22,6 +22,7 @@ have every scrape sum all workers; without it a scrape shows the counters of
 the worker that answered.
 """
 
+import bisect
 import os
 import threading
 import time
@@ -133,14 +134,37 @@ class ApiMetrics:
 
     def observe(self, method, route_, status, seconds):
         key = (method, route_, status)
-        children = self._children.get(key)
-        if children is None:
+        cells = self._children.get(key)
+        if cells is None:
             with self._lock:
-                children = self._children[key] = (
+                cells = self._children[key] = _cells(
                     self.requests.labels(method, route_, status),
                     self.latency.labels(method, route_))
-        children[0].inc()
-        children[1].observe(seconds)
+        if cells[0] is None:
+            cells[1].inc()
+            cells[2].observe(seconds)
+            return
+        cells[1].inc(1)
+        cells[2].inc(seconds)
+        cells[3][bisect.bisect_left(cells[4], seconds)].inc(1)
+
+
+def _cells(counter, histogram):
+    """(None, counter, histogram), or the values their inc() and observe()
+    add to: (True, the count, the sum, the buckets, their upper bounds).
+
+    prometheus_client's inc() and observe() first check, in two calls
+    each, that they were given a labelled child (they are, once and for
+    all, here), then add to these values; observe() finds the bucket in
+    a Python loop. Adding to the values directly is half the calls of
+    every request. A prometheus_client whose children lack them is used
+    through inc() and observe().
+    """
+    try:
+        return (True, counter._value, histogram._sum,
+                tuple(histogram._buckets), tuple(histogram._upper_bounds))
+    except AttributeError:
+        return (None, counter, histogram)
 
 
 _DEFAULT = None

@@ -159,3 +159,28 @@ def test_status_known_only_while_iterating():
     assert observed.registry.get_sample_value(
         'cyborg_api_requests_total',
         {'method': 'GET', 'route': '/v2/devices', 'status': '204'}) == 1
+
+
+def test_requests_add_up_as_through_prometheus_client():
+    """The counts and durations added to prometheus_client's values
+    directly (metrics._cells) are what its inc() and observe() add.
+    """
+    direct, public = metrics.ApiMetrics(), metrics.ApiMetrics()
+    for status in ('200', '404'):
+        # Used through inc() and observe(), as _cells falls back to.
+        public._children[('GET', '/v2', status)] = (
+            None, public.requests.labels('GET', '/v2', status),
+            public.latency.labels('GET', '/v2'))
+    seconds = [0.0, 0.001, 0.005, 0.0050001, 0.3, 0.5, 9.99, 10.0, 11.0,
+               float('inf'), 0.01, 0.025, 0.1]
+    for i, s in enumerate(seconds):
+        for api in (direct, public):
+            api.observe('GET', '/v2', '200' if i % 3 else '404', s)
+    assert direct._children[('GET', '/v2', '200')][0] is True
+
+    def samples(api):
+        return sorted((s.name, sorted(s.labels.items()), s.value)
+                      for m in (api.requests, api.latency)
+                      for f in m.collect() for s in f.samples
+                      if not s.name.endswith('_created'))
+    assert samples(direct) == samples(public)
