@@ -20,6 +20,7 @@ from cyborg.api import errors
 from cyborg.api import guard
 from cyborg.api import metrics
 from cyborg.api import middleware
+from cyborg.api import stack
 from cyborg.conf import CONF
 from cyborg.conf import opts
 
@@ -206,11 +207,17 @@ STEPS = (
 )
 
 
-def setup_app(conf=CONF):
-    """The pipeline built in code: what runs unless [api] api_paste_config
-    names a paste.deploy file (cyborg.api.pipeline.load).
-    """
+def compose(conf=CONF):
+    """STEPS around the pecan application, one layer each."""
     app = _pecan_app()
     for _name, step in reversed(STEPS):
         app = step(app, conf)
     return app
+
+
+def setup_app(conf=CONF):
+    """The pipeline built in code: what runs unless [api] api_paste_config
+    names a paste.deploy file (cyborg.api.pipeline.load). Its layers run
+    as one (cyborg.api.stack) where they are the default ones.
+    """
+    return stack.fuse(compose(conf))

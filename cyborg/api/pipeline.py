@@ -13,6 +13,7 @@ import os
 from paste import deploy
 
 from cyborg.api import app as api_app
+from cyborg.api import stack
 from cyborg.common import config
 from cyborg.conf import CONF
 from cyborg.db import api as db_api
@@ -44,7 +45,9 @@ def pipeline_by_auth_strategy(loader, global_conf, **local_conf):
     app = loader.get_app(names[-1])
     for name in reversed(names[:-1]):
         app = loader.get_filter(name)(app)
-    return app
+    # The default filters run as one layer (cyborg.api.stack); any other
+    # arrangement as listed.
+    return stack.fuse(app)
 
 
 def load(conf=CONF):
