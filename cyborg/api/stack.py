@@ -13,9 +13,10 @@ body_size_limit, parseable, microversion, then any auth; the proxy
 headers step turned off), returns a Stack that does their work in one
 call: the same checks, through the same functions as the layers, in the
 same order, and one start_response that adds the request id and the
-microversion headers at once. A pipeline arranged any other way (a
-filter dropped, moved or added in the paste file, proxy headers parsed)
-is returned as it was built.
+microversion headers at once. With proxy headers parsed, the layers below
+oslo's proxy layer are the Stack. A pipeline arranged any other way (a
+filter dropped, moved or added in the paste file) is returned as it was
+built.
 
 What the Stack does not handle itself it hands, before it has changed
 anything, to the pipeline it was made from: GET /metrics, CORS requests
@@ -26,6 +27,7 @@ the paths of the layers' own code (cyborg.api.errors, .guard,
 
 import time
 
+from oslo_middleware import http_proxy_to_wsgi
 from oslo_middleware import request_id
 import webob
 
@@ -46,22 +48,39 @@ _LAYERS = ((middleware.CORS, 'app'), (middleware.RequestId, 'application'),
 
 
 def fuse(app):
-    """`app` as one Stack when it is the default pipeline, else as is."""
+    """`app` as one Stack when it is the default pipeline, else as is.
+
+    With proxy headers parsed (oslo's HTTPProxyToWSGI between the metrics
+    layer and CORS), the layers below the proxy one run as a Stack.
+    """
     top = app
     counted = None
     if type(app) is metrics.Middleware:
         counted = app.metrics
         app = app.app
+    if type(app) is http_proxy_to_wsgi.HTTPProxyToWSGI:
+        below = _stack(app.application, None, app.application)
+        if below is not None:
+            app.application = below
+        return top
+    return _stack(app, counted, top) or top
+
+
+def _stack(app, counted, top):
+    """A Stack for the layers from CORS down in `app`, with the metrics
+    layer's `counted` above them (None: none), or None when `app` is not
+    those layers. `top` is the pipeline the Stack replaces.
+    """
     layers = []
     for cls, inner in _LAYERS:
         # The exact classes: a subclass may behave otherwise.
         if type(app) is not cls:
-            return top
+            return None
         layers.append(app)
         app = getattr(app, inner)
     _cors, ids, _errors, size, _parseable, _microversion = layers
     if ids.compat_headers:
-        return top
+        return None
     return Stack(top, counted, ids, size, app)
 
 

@@ -278,13 +278,33 @@ def test_other_arrangements_stay_layered(steps):
     assert stack.fuse(app) is app
 
 
-def test_proxy_headers_keep_the_layers():
-    CONF.register_opts([], group='oslo_middleware')
+@pytest.mark.parametrize('metrics_enabled', [True, False])
+@pytest.mark.parametrize('headers', [
+    {}, {'X-Forwarded-Proto': 'https', 'X-Forwarded-Host': 'api.example'},
+    {'Forwarded': 'for=192.0.2.1;proto=https;host=api.example'},
+    {'X-Forwarded-Prefix': '/accelerator', 'Origin': 'https://example.org'},
+])
+def test_proxy_headers_parsed_above_one_layer(headers, metrics_enabled):
+    CONF.set_override('metrics_enabled', metrics_enabled, group='api')
     api_app._http_proxy_to_wsgi(_json, CONF)    # registers its options
     CONF.set_override('enable_proxy_headers_parsing', True,
                       group='oslo_middleware')
-    app = _layers(_json)
-    assert stack.fuse(app) is app
+
+    def inner(environ, start_response):
+        # What the proxy layer changed, in the answer.
+        start_response('200 OK', [('Content-Type', 'text/plain')])
+        return [repr(sorted((k, environ.get(k)) for k in (
+            'wsgi.url_scheme', 'HTTP_HOST', 'SCRIPT_NAME',
+            'REMOTE_ADDR'))).encode()]
+    fused = stack.fuse(_layers(inner))
+    proxy = fused.app if metrics_enabled else fused
+    assert type(proxy).__name__ == 'HTTPProxyToWSGI'
+    assert isinstance(proxy.application, stack.Stack)
+    for path in ('/v2/devices', '/'):
+        environ = _environ(path, headers=headers)
+        a = _run(_layers(inner), dict(environ))
+        b = _run(fused, dict(environ))
+        assert b == a
 
 
 @pytest.fixture
