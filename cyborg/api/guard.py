@@ -129,8 +129,10 @@ class Parseable:
             return exception.Invalid(NOT_UTF8)
         if '\x00' in path:
             return _nul()
-        media_type = environ.get('CONTENT_TYPE', '').split(';')[0]
-        media_type = media_type.strip().lower()
+        media_type = environ.get('CONTENT_TYPE')
+        # Most requests (GET, DELETE) have none: three calls fewer.
+        media_type = media_type.split(';')[0].strip().lower() \
+            if media_type else ''
         if not environ.get('QUERY_STRING') and (
                 media_type == 'application/json' or (
                     not media_type and environ.get('REQUEST_METHOD')

@@ -55,7 +55,10 @@ UNMATCHED = 'unmatched'
 
 def route(path):
     """The route template of a request path."""
-    parts = [p for p in path.split('/') if p]
+    parts = path.strip('/').split('/')
+    if '' in parts:
+        # '/', or an empty segment ('//'): those that are not.
+        parts = [p for p in parts if p]
     if parts and parts[0] == 'v2':
         if len(parts) == 1:
             return '/v2'
