@@ -10,13 +10,13 @@ before the application is reached, and again on its way out.
 fuse() takes a pipeline already built and, when its layers are exactly
 those of the default list (metrics, cors, request_id, errors,
 body_size_limit, parseable, microversion, then any auth; the proxy
-headers step turned off), returns a Stack that does their work in one
-call: the same checks, through the same functions as the layers, in the
-same order, and one start_response that adds the request id and the
-microversion headers at once. With proxy headers parsed, the layers below
-oslo's proxy layer are the Stack. A pipeline arranged any other way (a
-filter dropped, moved or added in the paste file) is returned as it was
-built.
+headers step, off by default, adds no layer), returns a Stack that does
+their work in one call: the same checks, through the same functions as
+the layers, in the same order, and one start_response that adds the
+request id and the microversion headers at once. With proxy headers
+parsed, the layers below oslo's proxy layer are the Stack. A pipeline
+arranged any other way (a filter dropped, moved or added in the paste
+file) is returned as it was built.
 
 What the Stack does not handle itself it hands, before it has changed
 anything, to the pipeline it was made from: GET /metrics, CORS requests
