@@ -12,7 +12,9 @@ from oslo_middleware import http_proxy_to_wsgi
 import pecan
 import pecan.core
 import pecan.routing
+import webob.acceptparse
 import webob.exc
+import webob.multidict
 import webob.request
 
 from cyborg.api.controllers import root
@@ -47,11 +49,30 @@ class _Request(webob.request.BaseRequest):
     no arguments. (An empty object, rather than an error: pecan would
     then look for form fields, which a JSON body never has, at eight
     calls a request.)
+
+    Two reads pecan makes on every request are answered without building
+    anything: the Accept header (_Pecan removes it, so it is webob's
+    object for no header, which webob would make anew on each read) and,
+    for a request without a query string, its parameters (none, which
+    webob would still make into a new, environ-tracking MultiDict).
     """
 
     @property
     def json(self):
         return {}
+
+    @property
+    def accept(self):
+        if 'HTTP_ACCEPT' in self.environ:
+            return _ACCEPT.fget(self)
+        return _NO_ACCEPT
+
+    @property
+    def GET(self):
+        if self.environ.get('QUERY_STRING'):
+            return _GET.fget(self)
+        # Read-only: nothing can add parameters to the shared object.
+        return _NO_PARAMETERS
 
     def encget(self, key, default=webob.request.NoDefault, encattr=None):
         # How webob reads the path and the mount prefix. guard.Parseable
@@ -63,6 +84,12 @@ class _Request(webob.request.BaseRequest):
             raise webob.exc.HTTPBadRequest(
                 body=errors.fault_body(400, guard.NOT_UTF8).encode(),
                 content_type='application/json', charset='utf-8') from None
+
+
+_ACCEPT = webob.request.BaseRequest.accept
+_NO_ACCEPT = webob.acceptparse.AcceptNoHeader()
+_GET = webob.request.BaseRequest.GET
+_NO_PARAMETERS = webob.multidict.NoVars('no query string')
 
 
 class _Pecan(pecan.Pecan):
@@ -86,6 +113,13 @@ class _Pecan(pecan.Pecan):
                 'REQUEST_METHOD') == 'GET':
             return root.answer_root(environ, start_response, _Request)
         return super().__call__(environ, start_response)
+
+    def handle_hooks(self, hooks, *args):
+        # Pecan runs its hooks three times a request (on_route, before,
+        # after); neither the app nor any controller has one.
+        if hooks:
+            return super().handle_hooks(hooks, *args)
+        pecan.core.state.hooks = hooks
 
 
 def _remember_argspecs():
