@@ -17,6 +17,7 @@ import webob.exc
 import webob.multidict
 import webob.request
 
+from cyborg.api.controllers import base
 from cyborg.api.controllers import root
 from cyborg.api import errors
 from cyborg.api import guard
@@ -174,6 +175,7 @@ def _pecan_app():
     return _Pecan(
         'cyborg.api.controllers.root.Root',
         request_cls=_Request,
+        response_cls=base.Response,
         force_canonical=False,
         guess_content_type_from_ext=False)
 

@@ -12,6 +12,7 @@ from oslo_utils import uuidutils
 import pecan
 import pecan.core
 import webob.request
+import webob.response
 
 from cyborg.api import errors
 from cyborg.api import hooks
@@ -25,7 +26,12 @@ from cyborg import policy
 def handler(status=200):
     """Render a handler's return value as JSON with `status` (None → no
     body) and turn domain exceptions into Cyborg error bodies.
+
+    A handler answers through its return value only: the answer is a
+    new Response, not pecan's (which no handler touches).
     """
+    status_line = webob.response.Response(status=status).status
+
     def decorate(fn):
         takes_extra = inspect.getfullargspec(fn).varargs is not None
 
@@ -39,36 +45,59 @@ def handler(status=200):
                 result = fn(self, *args)
             except exception.CyborgException as e:
                 return errors.response_for(e)
-            response = pecan.core.state.response
-            response.status = status
             if result is None:
-                response.body = b''
-                del response.content_type
-                return response
+                return Response.answer(status_line, [('Content-Length', '0')],
+                                       b'')
             if isinstance(result, bytes):
                 data = result                   # JSON, encoded already
             elif isinstance(result, Encoded):
                 data = result.encode()
             else:
                 data = json.dumps(result).encode()
-            # What setting content_type and body would give, set at once.
-            response.app_iter = [data]
-            response.headerlist = [
-                h for h in response.headerlist
-                if h[0].lower() not in _BODY_HEADERS] + json_headers(data)
-            return response
+            return Response.answer(status_line, json_headers(data), data)
         return wrapper
     return decorate
+
+
+class Response(webob.response.Response):
+    """webob's Response, made with less work.
+
+    Pecan makes one for every request (response_cls) before routing, and
+    handlers answer with another (answer()): webob's constructor works
+    out a default content type, charset and length each time, and its
+    setters each rewrite the header list. Both are the same object
+    webob's constructor makes for the same arguments (tests check it).
+    """
+
+    def __init__(self, *args, **kwargs):
+        if args or kwargs:
+            super().__init__(*args, **kwargs)
+            return
+        # What webob.Response() is: a 200, an empty HTML body.
+        self.__dict__.update(_FRESH)
+        self._headerlist = list(_FRESH['_headerlist'])
+        self._app_iter = [b'']
+
+    @classmethod
+    def answer(cls, status, headerlist, body):
+        """Response(status=status, headerlist=headerlist, app_iter=[body]):
+        `status` a status line, `headerlist` the answer's whole list.
+        """
+        response = cls.__new__(cls)
+        response.__dict__.update(_status=status, _headers=None,
+                                 _headerlist=headerlist,
+                                 conditional_response=False,
+                                 _app_iter=[body])
+        return response
+
+
+_FRESH = webob.response.Response().__dict__
 
 
 def json_headers(data):
     """The headers of a JSON answer whose body is `data` (bytes)."""
     return [('Content-Type', 'application/json'),
             ('Content-Length', str(len(data)))]
-
-
-# The headers a JSON answer sets (webob's names for them, lowercased).
-_BODY_HEADERS = ('content-type', 'content-length')
 
 
 class Encoded(str):
