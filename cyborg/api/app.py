@@ -79,6 +79,13 @@ class _Request(webob.request.BaseRequest):
         # How webob reads the path and the mount prefix. guard.Parseable
         # refuses what it cannot decode before routing; a paste pipeline
         # that leaves that filter out still answers 400, not 500.
+        environ = self.environ
+        value = environ.get(key)
+        if encattr == 'url_encoding' and type(value) is str and \
+                value.isascii() and 'webob.url_encoding' not in environ:
+            # What decoding gives for ASCII (UTF-8, webob's default), as
+            # the path of nearly every request is.
+            return value
         try:
             return super().encget(key, default, encattr)
         except UnicodeError:
