@@ -218,8 +218,11 @@ def version():
 
 def query(*allowed):
     """The request's query parameters, 400 for any not in `allowed`."""
+    request = pecan.core.state.request
+    if not request.environ.get('QUERY_STRING'):
+        return {}
     params = {}
-    for key, value in pecan.core.state.request.GET.items():
+    for key, value in request.GET.items():
         if key not in allowed:
             raise exception.Invalid('Unknown argument: "%s"'
                                     % exception.excerpt(key))
