@@ -184,12 +184,7 @@ class Stack:
                 self._count(counted, method, path, recorded, started)
             raise
         if counted is not None:
-            # As the metrics layer counts (_count, spelled out).
-            counted.observe(
-                method if method in metrics.METHODS else 'OTHER',
-                metrics.route(path),
-                recorded[:3] if recorded is not None else '500',
-                time.perf_counter() - started)
+            self._count(counted, method, path, recorded, started)
         return body
 
     @staticmethod
