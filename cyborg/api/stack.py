@@ -39,7 +39,6 @@ from cyborg.api import middleware
 from cyborg.common import exception
 
 _ID_HEADER = request_id.HTTP_RESP_HEADER_REQUEST_ID
-_ID_ENVIRON = request_id.ENV_REQUEST_ID
 # The layers of the default pipeline below the metrics one, outermost
 # first, each with the attribute naming the app it wraps.
 _LAYERS = ((middleware.CORS, 'app'), (middleware.RequestId, 'application'),
@@ -110,12 +109,8 @@ class Stack:
         # What the metrics layer would see: the last status passed out.
         recorded = None
         try:
-            # The request id layer (RequestId.begin, spelled out: one
-            # call fewer).
-            if middleware.INBOUND in environ:
-                self.ids.set_global_req_id(webob.Request(environ))
-            req_id = middleware.generate_request_id()
-            environ[_ID_ENVIRON] = req_id
+            # The request id layer's start.
+            req_id = self.ids.begin(environ)
             # The errors layer: the answer from below, collected.
             answered = None
             written = []
