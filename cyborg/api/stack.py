@@ -130,7 +130,7 @@ class Stack:
                     guard.Parseable.refusal(environ))
                 if refused is not None:
                     body = guard.refuse(refused, environ, collect)
-                elif environ.get('PATH_INFO', '') in ('', '/'):
+                elif path == '/':
                     body = self.app(environ, collect)
                 else:
                     try:
@@ -148,13 +148,7 @@ class Stack:
                 if int(status[:3]) < 400:
                     if extra is None:
                         headers = list(headers)
-                    # The request id layer's header, unless the answer
-                    # has one.
-                    for name, _value in headers:
-                        if name.lower() == _ID_HEADER:
-                            break
-                    else:
-                        headers.append((_ID_HEADER, req_id))
+                    _add_request_id(headers, req_id)
                     recorded = status
                     start_response(status, headers, None)
                     passed = True
@@ -168,18 +162,13 @@ class Stack:
                 def with_id(status, headers, exc_info=None):
                     nonlocal recorded
                     headers = list(headers)
-                    if not any(name.lower() == _ID_HEADER
-                               for name, _value in headers):
-                        headers.append((_ID_HEADER, req_id))
+                    _add_request_id(headers, req_id)
                     recorded = status
                     return start_response(status, headers, exc_info)
                 body = errors.as_fault(response)(environ, with_id)
-        except BaseException:
+        finally:
             if counted is not None:
                 self._count(counted, method, path, recorded, started)
-            raise
-        if counted is not None:
-            self._count(counted, method, path, recorded, started)
         return body
 
     @staticmethod
@@ -189,3 +178,13 @@ class Stack:
                         metrics.route(path),
                         status[:3] if status is not None else '500',
                         time.perf_counter() - started)
+
+
+def _add_request_id(headers, req_id):
+    """The request id layer's header appended to `headers` (a list of
+    the Stack's own), unless the answer has one.
+    """
+    for name, _value in headers:
+        if name.lower() == _ID_HEADER:
+            return
+    headers.append((_ID_HEADER, req_id))
