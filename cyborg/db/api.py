@@ -19,6 +19,7 @@ checkin cost and guarantee (fork, dead connections): cyborg.db.pooling.
 import contextlib
 import contextvars
 import fcntl
+import functools
 import os
 import sqlite3
 import threading
@@ -498,8 +499,7 @@ class Session:
         try:
             self._raw = engine.raw_connection()
         except self.dialect.loaded_dbapi.Error as e:
-            sa.engine.Connection._handle_dbapi_exception_noconnection(
-                e, self.dialect, engine)
+            _raise_driver_error(engine, e)
         try:
             if self.dialect.name == 'sqlite':
                 self._raw.driver_connection.execute(
@@ -578,12 +578,7 @@ class Session:
                 self._raw.invalidate(e)
 
     def _failed(self, error, cursor):
-        disconnect = self.dialect.is_disconnect(
-            error, self._raw.driver_connection, cursor)
-        if disconnect:
-            self._raw.invalidate(error)
-        sa.engine.Connection._handle_dbapi_exception_noconnection(
-            error, self.dialect, self.engine, is_disconnect=disconnect)
+        _raise_driver_error(self.engine, error, cursor, self._raw)
 
     def _end(self, commit):
         self._done = True
@@ -774,9 +769,10 @@ def _read(statement, params, stored):
             record = _take(engine)
             if record is not None:
                 try:
-                    result = _query(engine.dialect, record.dbapi_connection,
-                                    plan, params, stored,
-                                    _lone_failed(engine, record))
+                    result = _query(
+                        engine.dialect, record.dbapi_connection, plan,
+                        params, stored, functools.partial(
+                            _raise_driver_error, engine, connection=record))
                 finally:
                     pooling.give_back(record)
                 return (result._rows, result.process) if stored else result
@@ -795,25 +791,26 @@ def _take(engine):
     """pooling.take(), its driver's errors (a database that cannot be
     opened) translated as a Session's are.
     """
-    dialect = engine.dialect
     try:
         return pooling.take(engine)
-    except dialect.loaded_dbapi.Error as e:
-        sa.engine.Connection._handle_dbapi_exception_noconnection(
-            e, dialect, engine)
+    except engine.dialect.loaded_dbapi.Error as e:
+        _raise_driver_error(engine, e)
 
 
-def _lone_failed(engine, record):
-    """Session._failed() for a connection from pooling.take()."""
-    def failed(error, cursor):
-        dialect = engine.dialect
-        disconnect = dialect.is_disconnect(
-            error, record.dbapi_connection, cursor)
+def _raise_driver_error(engine, error, cursor=None, connection=None):
+    """Raise what the driver's `error` is, as SQLAlchemy's Connection
+    would (oslo.db's handlers turn it into DBConnectionError, DBError,
+    ...). `connection` (a pooled connection or its pool record; None
+    when none was had) is invalidated when the error says it is lost.
+    """
+    disconnect = None           # without a connection SQLAlchemy asks
+    if connection is not None:
+        disconnect = engine.dialect.is_disconnect(
+            error, connection.driver_connection, cursor)
         if disconnect:
-            record.invalidate(error)
-        sa.engine.Connection._handle_dbapi_exception_noconnection(
-            error, dialect, engine, is_disconnect=disconnect)
-    return failed
+            connection.invalidate(error)
+    sa.engine.Connection._handle_dbapi_exception_noconnection(
+        error, engine.dialect, engine, is_disconnect=disconnect)
 
 
 def get_engine():
