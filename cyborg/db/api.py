@@ -532,6 +532,13 @@ class Session:
         """
         return self.dialect.insert_returning
 
+    @property
+    def delete_returning(self):
+        """Whether a DELETE here can give back the rows it deleted
+        (SQLite 3.35+, PostgreSQL, MariaDB; not MySQL).
+        """
+        return self.dialect.delete_returning
+
     def execute(self, statement, params=None):
         if self._sa is None and isinstance(statement, Prepared):
             return self._run(statement, params)

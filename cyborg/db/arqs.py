@@ -86,7 +86,7 @@ def create_from_profile(name, plan, project_id):
     """
     try:
         with api.writer() as session:
-            dp = dp_db.find_by_name(session, name)
+            dp = dp_db.find_groups_by_name(session, name)
             return _insert(session, dp['id'], plan(dp), project_id,
                            dp['name'])
     except db_exc.DBReferenceError:
@@ -114,14 +114,24 @@ _INSERTED = ('uuid', 'state', 'device_profile_id', 'device_profile_group_id',
 _BATCH = 500
 
 
+# What the database gives a new ARQ: the rest of its row is what the
+# INSERT wrote, or NULL (_NEW). Fewer columns back is less to parse per
+# result (PyMySQL decodes every column's description in Python).
+_MADE = (ARQ.c.id, ARQ.c.uuid, ARQ.c.created_at)
+_NEW = {'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
+        'updated_at': None, 'bind_failure': None,
+        'attach_handle_uuid': None, 'attach_handle_type': None,
+        'attach_handle_info': None}
+
+
 @functools.lru_cache(maxsize=64)
 def _inserting(count):
     """One INSERT of `count` ARQs (bound `<column>_<i>`) that gives back
-    their rows.
+    their _MADE columns.
     """
     return api.Prepared(ARQ.insert().values([
         {c: sa.bindparam('%s_%d' % (c, i)) for c in _INSERTED}
-        for i in range(count)]).returning(*_OWN))
+        for i in range(count)]).returning(*_MADE))
 
 
 _NAME_OF = api.Prepared(sa.select(DP.c.name).where(
@@ -151,19 +161,23 @@ def _insert(session, device_profile_id, counts, project_id,
             _NAME_OF, {'dp_id': device_profile_id}).scalar()
         if device_profile_name is None:
             raise _no_profile(device_profile_id)
-    rows = []
+    made = []
     for start in range(0, len(values), _BATCH):
         batch = values[start:start + _BATCH]
-        rows.extend(api.rows(session.execute(
+        made.extend(session.execute(
             _inserting(len(batch)),
             {'%s_%d' % (k, i): v[k] for i, v in enumerate(batch)
-             for k in _INSERTED})))
-    # RETURNING gives the rows in no promised order; a new ARQ has no
-    # attach handle yet.
-    rows.sort(key=lambda r: r['id'])
-    return [_decode(dict(r, device_profile_name=device_profile_name,
-                         attach_handle_uuid=None, attach_handle_type=None,
-                         attach_handle_info=None)) for r in rows]
+             for k in _INSERTED}).all())
+    # RETURNING gives the rows in no promised order.
+    made.sort()
+    by_uuid = {v['uuid']: v for v in values}
+    rows = []
+    for id_, uuid, created_at in made:
+        row = dict(by_uuid[uuid], id=id_, created_at=created_at,
+                   device_profile_name=device_profile_name, **_NEW)
+        del row['device_profile_id']
+        rows.append(_decode(row))
+    return rows
 
 
 @functools.lru_cache(maxsize=None)
@@ -405,18 +419,65 @@ def released_handles(session, handle_ids):
         .where(AH.c.id.in_(handle_ids))).mappings()]
 
 
+@functools.lru_cache(maxsize=256)
+def _deleting_listed(by_project, bound_too, count):
+    """One DELETE of the listed ARQs (bound `uuid_<i>`), of one project
+    and unbound unless asked, that gives back what freeing their attach
+    handles needs.
+    """
+    query = ARQ.delete().where(api.in_(ARQ.c.uuid, 'uuid', count))
+    if by_project:
+        query = query.where(ARQ.c.project_id == sa.bindparam('project_id'))
+    if not bound_too:
+        query = query.where(ARQ.c.instance_uuid.is_(None))
+    return api.Prepared(query.returning(ARQ.c.id, ARQ.c.attach_handle_id))
+
+
+class _NotAll(Exception):
+    """Some listed ARQ was not deleted: roll the rest back."""
+
+
 def delete_by_uuids(uuids, project_id=None, may_delete_bound=False):
-    """Delete the listed ARQs, all or none (404 if any is missing)."""
+    """Delete the listed ARQs, all or none (404 if any is missing, 403 if
+    one is bound and that is not allowed).
+
+    Where DELETE ... RETURNING is had (SQLite 3.35+, PostgreSQL, MariaDB),
+    one statement deletes them when all are there to delete: a DELETE and
+    its COMMIT, where locking the rows first took one more round trip.
+    When it deletes fewer than listed, it is rolled back and the locking
+    read says why.
+    """
+    try:
+        with api.writer() as session:
+            if not session.delete_returning:
+                return _delete_listed(session, uuids, project_id,
+                                      may_delete_bound)
+            params = api.in_params('uuid', uuids)
+            if project_id is not None:
+                params['project_id'] = project_id
+            gone = session.execute(_deleting_listed(
+                project_id is not None, may_delete_bound, len(uuids)),
+                params).mappings().all()
+            if len(gone) != len(uuids):
+                raise _NotAll()
+            return _free_handles(session, gone)
+    except _NotAll:
+        pass
     with api.writer() as session:
-        found = _require_all(session, uuids, project_id)
-        if not may_delete_bound:
-            for uuid in uuids:
-                instance = found[uuid]['instance_uuid']
-                if instance is not None:
-                    raise exception.Forbidden(
-                        'ARQ %s is bound to instance %s. Use the Compute API '
-                        'to manage instance accelerators.' % (uuid, instance))
-        return _delete(session, found.values())
+        return _delete_listed(session, uuids, project_id, may_delete_bound)
+
+
+def _delete_listed(session, uuids, project_id, may_delete_bound):
+    """delete_by_uuids() with a locking read of the rows first."""
+    found = _require_all(session, uuids, project_id)
+    if not may_delete_bound:
+        for uuid in uuids:
+            instance = found[uuid]['instance_uuid']
+            if instance is not None:
+                raise exception.Forbidden(
+                    'ARQ %s is bound to instance %s. Use the Compute API '
+                    'to manage instance accelerators.' % (uuid, instance))
+    return _delete(session, found.values())
 
 
 def delete_by_instance(instance_uuid, project_id=None):

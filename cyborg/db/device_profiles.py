@@ -140,9 +140,21 @@ def get_by_name(name):
     return _found(api.read(_BY['name'], {'v': name}), 'name', name)
 
 
-def find_by_name(session, name):
-    """get_by_name() inside the caller's transaction."""
-    return _found(session.execute(_BY['name'], {'v': name}), 'name', name)
+_GROUPS_BY_NAME = api.Prepared(sa.select(
+    DP.c.id, DP.c.name, DP.c.profile_json).where(
+        DP.c.name == sa.bindparam('v')))
+
+
+def find_groups_by_name(session, name):
+    """The id, name and groups of the profile named `name`, inside the
+    caller's transaction: what creating its ARQs reads.
+    """
+    row = session.execute(_GROUPS_BY_NAME, {'v': name}).first()
+    if row is None:
+        raise exception.not_found('Device Profile', name=name)
+    id_, name, profile_json = row
+    return {'id': id_, 'name': name,
+            'groups': json.loads(profile_json)['groups']}
 
 
 def _found(result, key, value):
@@ -161,13 +173,23 @@ def delete_by_names(names):
     _delete(DP.c.name, names, 'name')
 
 
-_LOCK_ONE = {
-    key: api.Prepared(sa.select(DP.c.id, DP.c.name).where(
-        DP.c[key] == sa.bindparam('v')).with_for_update())
+# One statement deletes a profile no ARQ uses: its DELETE and COMMIT are
+# all the round trips a delete makes (on MariaDB, where each is ~0.3 ms,
+# half of what locking the row and counting its ARQs first took). An ARQ
+# created meanwhile either is seen by NOT EXISTS or, not yet committed,
+# makes the DELETE fail on its foreign key (ON DELETE RESTRICT).
+_DELETE_UNUSED = {
+    key: api.Prepared(DP.delete().where(
+        DP.c[key] == sa.bindparam('v'),
+        ~sa.exists().where(ARQ.c.device_profile_id == DP.c.id)))
     for key in ('uuid', 'name')}
-_ARQS_OF = api.Prepared(sa.select(sa.func.count()).where(
-    ARQ.c.device_profile_id == sa.bindparam('dp_id')))
-_DELETE_ONE = api.Prepared(DP.delete().where(DP.c.id == sa.bindparam('dp_id')))
+# Why nothing was deleted: no such profile, or the ARQs using it.
+_USE_OF = {
+    key: api.Prepared(sa.select(
+        DP.c.name,
+        sa.select(sa.func.count()).where(ARQ.c.device_profile_id == DP.c.id)
+        .scalar_subquery()).where(DP.c[key] == sa.bindparam('v')))
+    for key in ('uuid', 'name')}
 
 
 def _delete(column, values, key):
@@ -199,17 +221,17 @@ def _delete(column, values, key):
 
 
 def _delete_one(key, value):
-    """_delete() of one profile, with statements prepared once."""
-    with api.writer() as session:
-        found = session.execute(_LOCK_ONE[key], {'v': value}).first()
-        if found is None:
-            raise exception.not_found('Device Profile', **{key: value})
-        dp_id, name = found
-        count = session.execute(_ARQS_OF, {'dp_id': dp_id}).scalar()
-        if count:
-            raise exception.DeviceProfileInUse(name=name, count=count)
-        try:
-            session.execute(_DELETE_ONE, {'dp_id': dp_id})
-        except db_exc.DBReferenceError:
-            # An ARQ was created against the profile after our check.
-            raise exception.DeviceProfileInUse(name=name, count=1)
+    """_delete() of one profile: one DELETE when no ARQ uses it."""
+    try:
+        with api.writer() as session:
+            if session.execute(_DELETE_UNUSED[key], {'v': value}).rowcount:
+                return
+            found = session.execute(_USE_OF[key], {'v': value}).first()
+    except db_exc.DBReferenceError:
+        # An ARQ not yet committed when the DELETE ran uses the profile.
+        found = api.read(_USE_OF[key], {'v': value}).first()
+    if found is None:
+        raise exception.not_found('Device Profile', **{key: value})
+    name, count = found
+    # The DELETE saw an ARQ using it; one deleted since is not counted.
+    raise exception.DeviceProfileInUse(name=name, count=max(count, 1))

@@ -87,7 +87,7 @@ def test_arqs_of_a_profile_gone_are_not_found_and_not_written(
     """
     dp = seed.profile('real')
     gone = dict(dp, id=dp['id'] + 1000)
-    monkeypatch.setattr(arqs.dp_db, 'find_by_name',
+    monkeypatch.setattr(arqs.dp_db, 'find_groups_by_name',
                         lambda session, name: gone)
     with pytest.raises(exception.NotFound) as e:
         arqs.create_from_profile('real', lambda dp: [3], 'p')
@@ -129,3 +129,76 @@ def test_returning_gives_the_stored_datetime(database):
         assert session.execute(_READ, {'id': id_}).scalar() == returned
     assert returned == (sent.replace(microsecond=0)
                         if database.backend == 'mysql' else sent)
+
+
+@pytest.fixture(params=['returning', 'locking-read'])
+def delete_returning(request, database, monkeypatch):
+    """The `database`, its ARQ deletes run each way the DB layer has: one
+    DELETE ... RETURNING (where the backend can), and a locking read of
+    the rows before their DELETE (MySQL's way).
+    """
+    dialect = api.get_engine().dialect
+    if request.param == 'locking-read':
+        monkeypatch.setattr(dialect, 'delete_returning', False)
+    elif not dialect.delete_returning:
+        pytest.skip('%s cannot DELETE ... RETURNING' % database.backend)
+    yield request.param == 'returning'
+
+
+def test_statements_per_delete(delete_returning, statements):
+    dp = seed.profile('unused')
+    made = seed.arq_requests(2)
+    del statements[:]
+    arqs.delete_by_uuids([a['uuid'] for a in made])
+    # The DELETE alone, or the locking read and then it.
+    assert len(statements) == (1 if delete_returning else 2)
+    del statements[:]
+    device_profiles.delete_by_uuid(dp['uuid'])
+    # One conditional DELETE, each way.
+    assert statements == [device_profiles._DELETE_UNUSED['uuid']]
+    assert arqs.list_() == []
+    assert [p['name'] for p in device_profiles.list_()] == [
+        made[0]['device_profile_name']]
+
+
+def test_arq_delete_refusals_delete_none(delete_returning):
+    mine = seed.arq_requests(2, project_id='p1')
+    theirs = seed.arq_requests(1, project_id='p2')
+    listed = [a['uuid'] for a in mine]
+    with pytest.raises(exception.NotFound):
+        arqs.delete_by_uuids(listed + [uuidutils.generate_uuid()])
+    with pytest.raises(exception.NotFound):
+        arqs.delete_by_uuids(listed + [theirs[0]['uuid']], project_id='p1')
+    handle = seed.attach_handle()
+    arqs.start_bind({mine[1]['uuid']: {
+        'hostname': 'host', 'device_rp_uuid': uuidutils.generate_uuid(),
+        'instance_uuid': uuidutils.generate_uuid()}})
+    seed.bind_handle(mine[1]['uuid'], handle)
+    with pytest.raises(exception.Forbidden):
+        arqs.delete_by_uuids(listed, project_id='p1')
+    assert _count(seed.ARQ) == 3
+
+    # A uuid listed twice is one ARQ to delete; a bound one may go when
+    # allowed, and its handle is freed.
+    arqs.delete_by_uuids([listed[0], listed[0], listed[1]], project_id='p1',
+                         may_delete_bound=True)
+    assert arqs.list_() == [arqs.get(theirs[0]['uuid'])]
+    assert seed.select(seed.AH)[0]['in_use'] is False
+
+
+def test_profile_delete_losing_to_an_arq_insert_is_in_use(database,
+                                                          monkeypatch):
+    """The ARQ the DELETE's NOT EXISTS did not see (not yet committed on
+    MariaDB or PostgreSQL) fails it on the foreign key: a 409, as when
+    it is seen, and the profile stays.
+    """
+    dp = seed.profile('raced')
+    seed.arq_requests(1, dp=dp)
+    unguarded = api.Prepared(seed.DP.delete().where(
+        seed.DP.c.uuid == sa.bindparam('v')))
+    monkeypatch.setitem(device_profiles._DELETE_UNUSED, 'uuid', unguarded)
+    with pytest.raises(exception.DeviceProfileInUse) as e:
+        device_profiles.delete_by_uuid(dp['uuid'])
+    assert e.value.code == 409
+    assert 'raced is used by 1 ' in str(e.value)
+    assert device_profiles.get_by_uuid(dp['uuid']) == dp
