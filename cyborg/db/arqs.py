@@ -5,8 +5,10 @@ State changes are conditional UPDATEs (`WHERE state IN (...)`), so two
 binders of one ARQ can never both win; every call is one transaction.
 """
 
+import collections
 import functools
 import json
+import threading
 
 from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
@@ -79,19 +81,76 @@ def _no_profile(device_profile_id):
                               msg='with id=%s' % device_profile_id)
 
 
+class _Profiles:
+    """The profiles this process last created ARQs from, by name: their
+    id, uuid, name and groups (dp_db.find_groups_by_name()), at most
+    `size`, the least recently used forgotten first.
+
+    A profile's row never changes once written (the API has no update;
+    a profile is created and deleted), and its uuid is never another
+    profile's. So while a row with a remembered profile's id and uuid
+    exists, it is the profile remembered, with the same groups; the
+    INSERT of its ARQs checks that itself (_inserting_checked()) instead
+    of reading the profile first: on MariaDB and PostgreSQL that read was
+    one of an ARQ create's three round trips.
+    """
+
+    def __init__(self, size=256):
+        self.size = size
+        self._known = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, name):
+        with self._lock:
+            dp = self._known.get(name)
+            if dp is not None:
+                self._known.move_to_end(name)
+            return dp
+
+    def put(self, dp):
+        with self._lock:
+            self._known[dp['name']] = dp
+            self._known.move_to_end(dp['name'])
+            while len(self._known) > self.size:
+                self._known.popitem(last=False)
+
+    def forget(self, name):
+        with self._lock:
+            self._known.pop(name, None)
+
+
+_PROFILES = _Profiles()
+# The most ARQs one checked INSERT makes (one SELECT per ARQ, joined by
+# UNION ALL; SQLite allows 500 at most): a profile asking for more is
+# read first, which costs little beside inserting that many rows.
+_CHECKED_MAX = 16
+
+
 def create_from_profile(name, plan, project_id):
     """create() for the profile named `name`, in one transaction with the
-    profile's read: `plan(profile)` gives the counts per group (and may
-    raise, leaving nothing written).
+    profile's read (or the check that the profile this process knows by
+    that name is still the one stored: _Profiles): `plan(profile)` gives
+    the counts per group (and may raise, leaving nothing written).
     """
     try:
         with api.writer() as session:
+            dp = _PROFILES.get(name)
+            if dp is not None:
+                counts = plan(dp)
+                if sum(counts) <= _CHECKED_MAX:
+                    made = _insert_checked(session, dp, counts, project_id)
+                    if made is not None:
+                        return made
+                    # Deleted, or deleted and made again under its name.
+                    _PROFILES.forget(name)
             dp = dp_db.find_groups_by_name(session, name)
+            _PROFILES.put(dp)
             return _insert(session, dp['id'], plan(dp), project_id,
                            dp['name'])
     except db_exc.DBReferenceError:
         # The profile was deleted under us (a database without SQLite's
         # up-front write lock).
+        _PROFILES.forget(name)
         raise exception.not_found('Device Profile', name=name)
 
 
@@ -134,6 +193,82 @@ def _inserting(count):
         for i in range(count)]).returning(*_MADE))
 
 
+# An ARQ made by a checked INSERT: what _INSERTED holds but its profile's
+# id, which the INSERT takes from the profile's row, and the columns
+# whose default it would otherwise not get.
+_CHECKED = ('uuid', 'state', 'device_profile_group_id', 'project_id',
+            'created_at', 'event_pending')
+
+
+@functools.lru_cache(maxsize=_CHECKED_MAX)
+def _inserting_checked(count):
+    """One INSERT of `count` ARQs (bound `<column>_<i>`) of the profile
+    whose id and uuid are bound as `dp_id` and `dp_uuid`: an INSERT ...
+    SELECT from that profile's row, which writes nothing when no row has
+    both. It gives back their _MADE columns where the database can.
+    """
+    selects = [
+        sa.select(*(sa.bindparam('%s_%d' % (c, i), type_=ARQ.c[c].type)
+                    for c in _CHECKED), DP.c.id)
+        .where(DP.c.id == sa.bindparam('dp_id'),
+               DP.c.uuid == sa.bindparam('dp_uuid'))
+        for i in range(count)]
+    insert = ARQ.insert().from_select(
+        _CHECKED + ('device_profile_id',),
+        selects[0] if count == 1 else sa.union_all(*selects),
+        include_defaults=False)
+    return (api.Prepared(insert.returning(*_MADE)), api.Prepared(insert))
+
+
+def _insert_checked(session, dp, counts, project_id):
+    """_insert() of the ARQs of a remembered profile `dp` if it is still
+    the stored one; else None, nothing written.
+    """
+    created_at = models.utcnow()
+    values = [{'uuid': uuidutils.generate_uuid(), 'state': 'Initial',
+               'device_profile_group_id': group_id,
+               'project_id': project_id, 'created_at': created_at,
+               'event_pending': False}
+              for group_id, count in enumerate(counts)
+              for _ in range(count)]
+    if not values:
+        return []
+    params = {'%s_%d' % (k, i): v[k] for i, v in enumerate(values)
+              for k in _CHECKED}
+    params['dp_id'] = dp['id']
+    params['dp_uuid'] = dp['uuid']
+    returning, plain = _inserting_checked(len(values))
+    if session.insert_returning:
+        made = session.execute(returning, params).all()
+        if len(made) != len(values):
+            return None
+        return _made(values, made, dp['name'])
+    if session.execute(plain, params).rowcount != len(values):
+        return None
+    return [_decode(r) for r in api.rows(session.execute(
+        _created(len(values)),
+        api.in_params('uuid', [v['uuid'] for v in values])))]
+
+
+def _made(values, made, device_profile_name):
+    """The new ARQs, in id order (which is group order), from the values
+    inserted and the (id, uuid, created_at) RETURNING gave in no
+    promised order.
+    """
+    by_uuid = {v['uuid']: v for v in values}
+    rows = []
+    for id_, uuid, created_at in sorted(made):
+        row = {'id': id_, 'uuid': uuid, 'state': 'Initial',
+               'device_profile_group_id':
+                   by_uuid[uuid]['device_profile_group_id'],
+               'project_id': by_uuid[uuid]['project_id'],
+               'created_at': created_at,
+               'device_profile_name': device_profile_name}
+        row.update(_NEW)
+        rows.append(_decode(row))
+    return rows
+
+
 _NAME_OF = api.Prepared(sa.select(DP.c.name).where(
     DP.c.id == sa.bindparam('dp_id')))
 
@@ -168,16 +303,7 @@ def _insert(session, device_profile_id, counts, project_id,
             _inserting(len(batch)),
             {'%s_%d' % (k, i): v[k] for i, v in enumerate(batch)
              for k in _INSERTED}).all())
-    # RETURNING gives the rows in no promised order.
-    made.sort()
-    by_uuid = {v['uuid']: v for v in values}
-    rows = []
-    for id_, uuid, created_at in made:
-        row = dict(by_uuid[uuid], id=id_, created_at=created_at,
-                   device_profile_name=device_profile_name, **_NEW)
-        del row['device_profile_id']
-        rows.append(_decode(row))
-    return rows
+    return _made(values, made, device_profile_name)
 
 
 @functools.lru_cache(maxsize=None)

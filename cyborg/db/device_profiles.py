@@ -141,19 +141,19 @@ def get_by_name(name):
 
 
 _GROUPS_BY_NAME = api.Prepared(sa.select(
-    DP.c.id, DP.c.name, DP.c.profile_json).where(
+    DP.c.id, DP.c.uuid, DP.c.name, DP.c.profile_json).where(
         DP.c.name == sa.bindparam('v')))
 
 
 def find_groups_by_name(session, name):
-    """The id, name and groups of the profile named `name`, inside the
-    caller's transaction: what creating its ARQs reads.
+    """The id, uuid, name and groups of the profile named `name`, inside
+    the caller's transaction: what creating its ARQs reads.
     """
     row = session.execute(_GROUPS_BY_NAME, {'v': name}).first()
     if row is None:
         raise exception.not_found('Device Profile', name=name)
-    id_, name, profile_json = row
-    return {'id': id_, 'name': name,
+    id_, uuid, name, profile_json = row
+    return {'id': id_, 'uuid': uuid, 'name': name,
             'groups': json.loads(profile_json)['groups']}
 
 

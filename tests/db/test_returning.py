@@ -50,11 +50,13 @@ def test_arq_create_answers_what_a_read_gives(insert_returning):
     dp = seed.profile('two-groups', GROUPS)
     by_id = arqs.create(dp['id'], [1, 2], 'p1')
     by_name = arqs.create_from_profile('two-groups', lambda dp: [2, 1], 'p2')
-    assert [a['device_profile_group_id'] for a in by_id + by_name] == \
-        [0, 1, 1, 0, 0, 1]
-    for arq in by_id + by_name:
+    # The second from a profile this process knows (arqs._PROFILES).
+    known = arqs.create_from_profile('two-groups', lambda dp: [1, 1], 'p3')
+    assert [a['device_profile_group_id'] for a in by_id + by_name + known] \
+        == [0, 1, 1, 0, 0, 1, 0, 1]
+    for arq in by_id + by_name + known:
         assert arq == arqs.get(arq['uuid'])
-    assert arqs.list_() == by_id + by_name
+    assert arqs.list_() == by_id + by_name + known
 
 
 def test_statements_per_create(insert_returning, statements):
@@ -66,10 +68,39 @@ def test_statements_per_create(insert_returning, statements):
     assert statements == ([device_profiles._INSERT_RETURNING] if returning
                           else [device_profiles._INSERT,
                                 device_profiles._BY['uuid']])
+    arqs._PROFILES.forget('counted')
     del statements[:]
     arqs.create_from_profile('counted', lambda dp: [3], 'p')
     # The profile's read, then the same.
     assert len(statements) == (2 if returning else 3)
+    del statements[:]
+    arqs.create_from_profile('counted', lambda dp: [3], 'p')
+    # The profile known: the INSERT checks it is still the one stored.
+    assert len(statements) == (1 if returning else 2)
+
+
+def test_arqs_of_a_known_profile_made_again_follow_the_new_one(
+        insert_returning):
+    """A profile deleted and made again under its name (on SQLite, maybe
+    with the same id) is read again: its ARQs are the new profile's.
+    """
+    old = seed.profile('again', GROUPS)
+    first = arqs.create_from_profile('again', lambda dp: [1, 1], 'p')
+    arqs.delete_by_uuids([a['uuid'] for a in first])
+    device_profiles.delete_by_uuid(old['uuid'])
+    new = seed.profile('again', GROUPS[:1])
+    made = arqs.create_from_profile(
+        'again', lambda dp: [len(dp['groups'])], 'p')
+    assert [a['device_profile_group_id'] for a in made] == [0]
+    assert made == arqs.list_()
+    with api.reader() as session:
+        assert session.execute(sa.select(seed.ARQ.c.device_profile_id)).all() \
+            == [(new['id'],)]
+    arqs.delete_by_uuids([made[0]['uuid']])
+    device_profiles.delete_by_uuid(new['uuid'])
+    with pytest.raises(exception.NotFound):
+        arqs.create_from_profile('again', lambda dp: [1], 'p')
+    assert _count(seed.ARQ) == 0
 
 
 def test_many_arqs_are_inserted_in_batches(insert_returning, monkeypatch):
