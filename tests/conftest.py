@@ -247,6 +247,22 @@ def insert_returning(request, database, monkeypatch):
     yield request.param == 'returning'
 
 
+@pytest.fixture(params=['returning', 'locking-read'])
+def delete_returning(request, database, monkeypatch):
+    """The `database`, its ARQ deletes run each way the DB layer has: one
+    DELETE ... RETURNING (where the backend can), and a locking read of
+    the rows before their DELETE (MySQL's way).
+    """
+    from cyborg.db import api
+
+    dialect = api.get_engine().dialect
+    if request.param == 'locking-read':
+        monkeypatch.setattr(dialect, 'delete_returning', False)
+    elif not dialect.delete_returning:
+        pytest.skip('%s cannot DELETE ... RETURNING' % database.backend)
+    yield request.param == 'returning'
+
+
 @pytest.fixture
 def sqlite_database():
     """A migrated, empty SQLite database, for tests that need only one."""

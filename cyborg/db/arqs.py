@@ -519,30 +519,47 @@ def free_handles(session, handle_ids):
     if not handle_ids:
         return []
     released = released_handles(session, handle_ids)
-    session.execute(AH.update().where(AH.c.id.in_(handle_ids))
-                    .values(in_use=False))
+    session.execute(_freeing(len(handle_ids)),
+                    api.in_params('id', handle_ids))
     for handle in released:
         # What prepare() recorded described the binding that just ended.
         identity = records.handle_identity(handle['attach_info'])
         if identity != json.loads(handle['attach_info']):
-            session.execute(AH.update().where(AH.c.uuid == handle['uuid'])
-                            .values(attach_info=records.canonical_json(
-                                identity)))
+            session.execute(_FORGET_PREPARED, {
+                'h_uuid': handle['uuid'],
+                'info': records.canonical_json(identity)})
     return released
+
+
+@functools.lru_cache(maxsize=64)
+def _freeing(count):
+    return api.Prepared(AH.update().where(api.in_(AH.c.id, 'id', count))
+                        .values(in_use=False))
+
+
+_FORGET_PREPARED = api.Prepared(AH.update().where(
+    AH.c.uuid == sa.bindparam('h_uuid')).values(
+        attach_info=sa.bindparam('info')))
+
+
+@functools.lru_cache(maxsize=64)
+def _releasing(count):
+    return api.Prepared(sa.select(
+        AH.c.uuid, AH.c.attach_type, AH.c.attach_info,
+        DEPLOYABLE.c.name.label('deployable_name'),
+        DEPLOYABLE.c.driver_name, DEVICE.c.hostname)
+        .select_from(AH.join(DEPLOYABLE, AH.c.deployable_id
+                             == DEPLOYABLE.c.id)
+                     .join(DEVICE, DEPLOYABLE.c.device_id == DEVICE.c.id))
+        .where(api.in_(AH.c.id, 'id', count)))
 
 
 def released_handles(session, handle_ids):
     """Handle, deployable and host of each handle: what an agent's
     release() needs.
     """
-    return [dict(r) for r in session.execute(
-        sa.select(AH.c.uuid, AH.c.attach_type, AH.c.attach_info,
-                  DEPLOYABLE.c.name.label('deployable_name'),
-                  DEPLOYABLE.c.driver_name, DEVICE.c.hostname)
-        .select_from(AH.join(DEPLOYABLE, AH.c.deployable_id
-                             == DEPLOYABLE.c.id)
-                     .join(DEVICE, DEPLOYABLE.c.device_id == DEVICE.c.id))
-        .where(AH.c.id.in_(handle_ids))).mappings()]
+    return api.rows(session.execute(_releasing(len(handle_ids)),
+                                    api.in_params('id', handle_ids)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -606,14 +623,38 @@ def _delete_listed(session, uuids, project_id, may_delete_bound):
     return _delete(session, found.values())
 
 
+@functools.lru_cache(maxsize=None)
+def _instance_arqs(by_project, deleting):
+    """The ARQs of the instance bound as `instance_uuid` (and of the
+    project bound as `project_id`): their id and attach handle, locked,
+    or deleted by the statement that gives them back (`deleting`).
+    """
+    if deleting:
+        query = ARQ.delete()
+    else:
+        query = sa.select(ARQ.c.id, ARQ.c.attach_handle_id)
+    query = query.where(ARQ.c.instance_uuid == sa.bindparam('instance_uuid'))
+    if by_project:
+        query = query.where(ARQ.c.project_id == sa.bindparam('project_id'))
+    if deleting:
+        return api.Prepared(query.returning(ARQ.c.id, ARQ.c.attach_handle_id))
+    return api.Prepared(query.with_for_update())
+
+
 def delete_by_instance(instance_uuid, project_id=None):
     """Delete all ARQs of an instance; deleting none is not an error."""
+    params = {'instance_uuid': instance_uuid}
+    if project_id is not None:
+        params['project_id'] = project_id
     with api.writer() as session:
-        found = session.execute(
-            _scoped(sa.select(ARQ.c.id, ARQ.c.attach_handle_id), project_id)
-            .where(ARQ.c.instance_uuid == instance_uuid)
-            .with_for_update()).mappings().all()
-        return _delete(session, found)
+        if session.delete_returning:
+            # One statement deletes them and says which handles to free.
+            return _free_handles(session, session.execute(
+                _instance_arqs(project_id is not None, True),
+                params).mappings().all())
+        return _delete(session, session.execute(
+            _instance_arqs(project_id is not None, False),
+            params).mappings().all())
 
 
 def _delete(session, arq_rows):

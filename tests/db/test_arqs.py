@@ -334,7 +334,7 @@ def test_delete_by_uuids_other_project_deletes_none(database):
     assert len(arqs.list_()) == 2
 
 
-def test_delete_by_uuids_refuses_bound_unless_allowed(database):
+def test_delete_by_uuids_refuses_bound_unless_allowed(delete_returning):
     made = seed.arq_requests(2)
     handle = seed.attach_handle()
     arqs.start_bind({made[1]['uuid']: _binding()})
@@ -349,7 +349,7 @@ def test_delete_by_uuids_refuses_bound_unless_allowed(database):
     assert seed.select(seed.AH)[0]['in_use'] is False
 
 
-def test_delete_by_instance(database):
+def test_delete_by_instance(delete_returning):
     made = seed.arq_requests(3)
     instance = uuidutils.generate_uuid()
     arqs.start_bind({a['uuid']: _binding(instance) for a in made[:2]})
@@ -365,7 +365,7 @@ def test_delete_by_instance(database):
     assert len(arqs.list_()) == 1
 
 
-def test_delete_by_instance_respects_project(database):
+def test_delete_by_instance_respects_project(delete_returning):
     (arq,) = seed.arq_requests(1, project_id='p1')
     instance = uuidutils.generate_uuid()
     arqs.start_bind({arq['uuid']: _binding(instance)})

@@ -162,20 +162,6 @@ def test_returning_gives_the_stored_datetime(database):
                         if database.backend == 'mysql' else sent)
 
 
-@pytest.fixture(params=['returning', 'locking-read'])
-def delete_returning(request, database, monkeypatch):
-    """The `database`, its ARQ deletes run each way the DB layer has: one
-    DELETE ... RETURNING (where the backend can), and a locking read of
-    the rows before their DELETE (MySQL's way).
-    """
-    dialect = api.get_engine().dialect
-    if request.param == 'locking-read':
-        monkeypatch.setattr(dialect, 'delete_returning', False)
-    elif not dialect.delete_returning:
-        pytest.skip('%s cannot DELETE ... RETURNING' % database.backend)
-    yield request.param == 'returning'
-
-
 def test_statements_per_delete(delete_returning, statements):
     dp = seed.profile('unused')
     made = seed.arq_requests(2)
