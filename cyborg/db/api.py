@@ -9,11 +9,13 @@ transaction is a Core connection (every query here is a Core statement, so
 an ORM session would only add its own set-up and tear-down per call).
 
 MariaDB and PostgreSQL engines come from oslo.db's enginefacade, with every
-[database] option. A SQLite file gets a pooled engine of its own: oslo.db
-gives SQLite files a NullPool, i.e. a new connection per transaction, and
-opening one (the file, the schema, the pragmas below) cost about 0.5 ms,
-more than the rest of a lookup's database work. What a checkout and a
-checkin cost and guarantee (fork, dead connections): cyborg.db.pooling.
+[database] option; on MariaDB read() has a second one, whose connections
+are in autocommit (_autocommit_engine). A SQLite file gets a pooled engine
+of its own: oslo.db gives SQLite files a NullPool, i.e. a new connection
+per transaction, and opening one (the file, the schema, the pragmas below)
+cost about 0.5 ms, more than the rest of a lookup's database work. What a
+checkout and a checkin cost and guarantee (fork, dead connections):
+cyborg.db.pooling.
 """
 
 import contextlib
@@ -34,7 +36,8 @@ from cyborg.conf import CONF
 from cyborg.db import pooling
 
 _LOCK = threading.Lock()
-# (connection URL, engine or None until first used)
+# [connection URL, engine, engine of lone reads (_lone_engine)], each
+# engine None until first used.
 _STATE = None
 
 
@@ -134,7 +137,7 @@ def configure(connection=None):
     else:
         connection = require_connection()
     with _LOCK:
-        old, _STATE = _STATE, [connection, None]
+        old, _STATE = _STATE, [connection, None, None]
     _dispose(old)
 
 
@@ -157,6 +160,68 @@ def _create_engine(url):
     if parsed.get_backend_name() == 'sqlite' and parsed.database not in (
             None, '', ':memory:') and 'mode=memory' not in str(parsed):
         return _sqlite_file_engine(parsed)
+    engine = _oslo_engine(url)
+    pooling.guard(engine, ping=True)
+    return engine
+
+
+def _lone_engine():
+    """The engine read() takes its connection from: on MariaDB (PyMySQL)
+    one of its own (_autocommit_engine), created on the first lone read
+    and disposed of with the main one; elsewhere the main engine.
+    """
+    state = _STATE
+    if state is not None and state[2] is not None:
+        return state[2]
+    engine = _engine()
+    state = _STATE
+    with _LOCK:
+        if state[2] is None:
+            state[2] = (_autocommit_engine(state[0])
+                        if engine.dialect.driver == 'pymysql' else engine)
+        return state[2]
+
+
+def _autocommit_engine(url):
+    """An engine for MariaDB's lone reads, whose connections are always in
+    autocommit: one statement there is a consistent read of its own, at
+    any isolation level, and needs no transaction. In a transaction, the
+    implicit one InnoDB begins at the SELECT, it needs a COMMIT, one more
+    round trip; and switching a shared connection in and out of
+    autocommit is a round trip each way (SET AUTOCOMMIT), so such
+    connections stay apart, in a pool of their own.
+
+    oslo.db builds it as the main engine: the same URL, settings, session
+    variables, error translation and pool sizes ([database]
+    max_pool_size, max_overflow, pool_timeout, connection_recycle_time).
+    So a process may hold up to twice the pool's connections to MariaDB,
+    one pool of each; bounding both by one limit would cost every
+    checkout a shared count, and readers would wait for connections
+    while idle ones sat in the other pool.
+
+    PyMySQL opens its connections in autocommit when asked at connect
+    (the server's default, so nothing is sent); the pool is a
+    pooling.Pool, so that read() checks a connection out and in with
+    take() and give_back(), guard()'s checks included, which reset
+    nothing (a reset would be a ROLLBACK, another round trip).
+    """
+    engine = _oslo_engine(url)
+
+    @sa.event.listens_for(engine, 'do_connect')
+    def autocommit(dialect, record, cargs, cparams):
+        cparams['autocommit'] = True
+
+    # The connection oslo.db opened to test the engine, not in
+    # autocommit, is closed with the QueuePool.
+    engine.pool = pooling.Pool.replacing(engine.pool)
+    pooling.guard(engine, ping=True)
+    return engine
+
+
+def _oslo_engine(url):
+    """A MariaDB or PostgreSQL engine of oslo.db's, with [database]'s
+    settings.
+    """
     facade = enginefacade.transaction_context()
     facade.configure(
         connection=url,
@@ -167,9 +232,7 @@ def _create_engine(url):
         # oslo.db's checkin listener yields to other greenthreads
         # (time.sleep(0)); nothing here runs on eventlet.
         thread_checkin=False)
-    engine = facade.writer.get_engine()
-    pooling.guard(engine, ping=True)
-    return engine
+    return facade.writer.get_engine()
 
 
 def _sqlite_file_engine(url):
@@ -754,9 +817,14 @@ def read(statement, params=None):
     statement outside one (its own snapshot, as a BEGIN would take at the
     statement), on a pooled connection checked out without SQLAlchemy's
     proxy (pooling.take): BEGIN, COMMIT and the proxy were more than
-    half of a lookup's database work. Elsewhere it runs in a reader()
-    (PostgreSQL's readers at READ COMMITTED run each statement on its
-    own already).
+    half of a lookup's database work. On MariaDB it runs the same way on
+    a connection in autocommit, of a pool kept for such reads
+    (_autocommit_engine): one round trip, where a reader's SELECT and
+    COMMIT were two; InnoDB reads a statement outside a transaction from
+    a snapshot of its own, which has everything committed before it
+    began. Elsewhere, and for a statement that SQLAlchemy must expand
+    (Prepared), it runs in a reader() (PostgreSQL's readers at READ
+    COMMITTED run each statement on its own already).
     """
     return _read(statement, params, False)
 
@@ -767,10 +835,10 @@ def read_stored(statement, params=None):
 
 
 def _read(statement, params, stored):
-    engine = _engine()
     if isinstance(statement, Prepared):
         if not statement.statement.is_select:
             raise ValueError('read() runs queries only')
+        engine = _lone_engine()
         plan = statement.compiled(engine.dialect, None)
         if plan is not None:
             record = _take(engine)
@@ -825,8 +893,13 @@ def get_engine():
 
 
 def _dispose(state):
-    if state is not None and state[1] is not None:
-        state[1].dispose()
+    if state is None:
+        return
+    engine, lone = state[1], state[2]
+    if engine is not None:
+        engine.dispose()
+    if lone is not None and lone is not engine:
+        lone.dispose()
 
 
 def dispose():

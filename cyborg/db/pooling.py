@@ -28,11 +28,14 @@ recycle, dispose). The SQLite file engine, which is ours, keeps its idle
 connections in a queue.SimpleQueue (Pool below); oslo.db builds the
 MariaDB and PostgreSQL engines with their pools.
 
-A read of one statement on that engine (cyborg.db.api.read) takes its
-connection with take() and gives it back with give_back(): the pool's own
-checkout and checkin (its limits, timeout, recycle, invalidation, connect
-and checkin listeners) without the proxy SQLAlchemy wraps around a
-connection for its users, which was three quarters of their cost.
+A read of one statement (cyborg.db.api.read) takes its connection with
+take() and gives it back with give_back(): the pool's own checkout and
+checkin (its limits, timeout, recycle, invalidation, connect and checkin
+listeners), guard()'s checks included, without the proxy SQLAlchemy wraps
+around a connection for its users, which was three quarters of their
+cost. That is the SQLite file engine's pool, and on MariaDB the pool of
+the engine kept for such reads, whose QueuePool oslo.db made becomes a
+Pool (Pool.replacing).
 """
 
 import os
@@ -123,14 +126,35 @@ class Pool(sa.pool.QueuePool):
     # sqlalchemy's level), not cyborg's.
     _sqla_logger_namespace = 'sqlalchemy.pool.impl.QueuePool'
 
+    @classmethod
+    def replacing(cls, pool):
+        """A Pool with the settings and listeners of `pool`, a QueuePool
+        (those QueuePool.recreate() carries over), for an engine oslo.db
+        made: it takes no pool class. `pool` is disposed of.
+        """
+        new = cls(
+            pool._creator,
+            pool_size=pool._pool.maxsize,
+            max_overflow=pool._max_overflow,
+            pre_ping=pool._pre_ping,
+            timeout=pool._timeout,
+            recycle=pool._recycle,
+            echo=pool.echo,
+            logging_name=pool._orig_logging_name,
+            reset_on_return=pool._reset_on_return,
+            _dispatch=pool.dispatch,
+            dialect=pool._dialect)
+        pool.dispose()
+        return new
+
 
 def take(engine):
     """A connection record of `engine`'s pool, checked out as the pool
-    would, its connection (record.dbapi_connection) of this process and
-    outside any transaction; None where the engine's pool is not a Pool,
-    or where listeners other than guard()'s (with ping=False) would see a
-    checkout or a reset (the caller takes SQLAlchemy's checkout, which
-    runs them).
+    would, its connection (record.dbapi_connection) of this process,
+    outside any transaction and, on an engine guard() pings for, alive
+    as far as guard() can tell; None where the engine's pool is not a
+    Pool, or where listeners other than guard()'s would see a checkout or
+    a reset (the caller takes SQLAlchemy's checkout, which runs them).
     Give it back with give_back().
     """
     pool = engine.pool
@@ -147,6 +171,15 @@ def take(engine):
             # guard()'s checkout: forget another process's connection
             # without closing it, and open one of this process.
             record.dbapi_connection = None
+            record.get_connection()
+        elif engine.cyborg_ping and _dead(
+                record.dbapi_connection, record.info, engine.dialect):
+            # What SQLAlchemy does with the checkout's InvalidatePoolError:
+            # every connection opened before now is replaced when next
+            # used, this one at once.
+            error = sa.exc.InvalidatePoolError(_DEAD)
+            record.invalidate(error)
+            pool._invalidate(None, error, _checkin=False)
             record.get_connection()
     except BaseException as e:
         # What SQLAlchemy's checkout does with a failed connection: closed
@@ -180,6 +213,27 @@ def _socket(dbapi_conn):
     return poller
 
 
+_DEAD = 'the database closed the connection'
+
+
+def _dead(dbapi_conn, info, dialect):
+    """Whether a connection of an engine guard() pings for is dead: pinged
+    when its socket has something to read (the server closed it) or it
+    sat unused for more than IDLE_PING seconds. The ping is the pre-ping's
+    own call: the same error translation (oslo.db counts more errors as a
+    lost connection) and outcome.
+    """
+    # Unused since its previous checkout (its transaction included: a
+    # long one only makes the next ping likelier).
+    now = time.monotonic()
+    idle = now - info[_USED]
+    info[_USED] = now
+    poller = info[_POLL]
+    if idle > IDLE_PING or poller is None or poller.poll(0):
+        return not dialect._do_ping_w_event(dbapi_conn)
+    return False
+
+
 def guard(engine, ping):
     """Install the checkout listener on `engine`; `ping`: look after dead
     connections (the engine's own pre-ping is turned off).
@@ -205,24 +259,13 @@ def guard(engine, ping):
             raise sa.exc.DisconnectionError(
                 'connection of process %d, not reused in process %d'
                 % (info[_PID], os.getpid()))
-        if not ping:
-            return
-        # Unused since its previous checkout (its transaction included:
-        # a long one only makes the next ping likelier).
-        now = time.monotonic()
-        idle = now - info[_USED]
-        info[_USED] = now
-        poller = info[_POLL]
-        if idle > IDLE_PING or poller is None or poller.poll(0):
-            # The pre-ping's own call: the same error translation (oslo.db
-            # counts more errors as a lost connection) and outcome.
-            if not dialect._do_ping_w_event(dbapi_conn):
-                raise sa.exc.InvalidatePoolError(
-                    'the database closed the connection')
+        if ping and _dead(dbapi_conn, info, dialect):
+            raise sa.exc.InvalidatePoolError(_DEAD)
 
-    # take() does its work, for a pool with no other checkout listener
-    # (where there is no ping to do: one is not a poll away).
-    engine.cyborg_checkout = None if ping else checkout
+    # take() does the same checks, for a pool with no other checkout
+    # listener.
+    engine.cyborg_checkout = checkout
+    engine.cyborg_ping = ping
     if ping:
         # The listener above pings when needed; this was every checkout.
         engine.pool._pre_ping = False

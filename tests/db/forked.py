@@ -5,10 +5,11 @@ test runner around it): `python -m tests.db.forked URL`.
 A parent uses a pooled connection, then forks twice: once with os.fork()
 (os.register_at_fork hooks run: gunicorn) and once with the C library's
 fork() (they do not: uWSGI without py-call-uwsgi-fork-hooks). Each child
-runs a transaction; the parent runs one after each child has exited.
-Prints, as JSON, per way of forking, the connection each of the three
-transactions got: [pid of the process that opened it, server session id
-(None on SQLite)].
+runs a transaction and a lone read (api.read: on MariaDB, a pool of its
+own); the parent runs them once more after each child has exited.
+Prints, as JSON, per way of forking, the connections each of the three
+got: [pid of the process that opened the transaction's, its server
+session id, the lone read's server session id] (the ids None on SQLite).
 """
 
 import ctypes
@@ -32,7 +33,9 @@ def _connection():
         whoami = _SESSION_ID.get(session.dialect.name)
         server = session.execute(
             sa.select(whoami())).scalar() if whoami else None
-    return [opener, server]
+    lone = api.read(api.Prepared(sa.select(whoami()))).scalar() \
+        if whoami else None
+    return [opener, server, lone]
 
 
 def _in_child(fork):
