@@ -378,9 +378,12 @@ class Prepared:
     driver errors are translated by the same handlers (oslo.db's: a
     DBDuplicateEntry, a DBConnectionError) that an engine execution runs.
 
-    Statements SQLAlchemy must expand or fill in per execution (IN lists,
-    defaults other than a value or a function) run through SQLAlchemy, in
-    the same transaction.
+    Column defaults and onupdate values that are a value or a Python
+    function (created_at, updated_at) are filled in here, as SQLAlchemy
+    would. Statements SQLAlchemy must expand or fill in otherwise per
+    execution (expanding IN lists, other defaults it computes in Python)
+    run through SQLAlchemy, in the same transaction, and so does every
+    later statement of that transaction.
     """
 
     def __init__(self, statement):
@@ -404,12 +407,14 @@ class Prepared:
 
 def _plan(compiled, dialect):
     if any(b.expanding for b in compiled.binds.values()) or \
-            compiled.update_prefetch or compiled.literal_execute_params \
-            or compiled.post_compile_params:
+            compiled.literal_execute_params or compiled.post_compile_params:
         return None
+    # The values SQLAlchemy computes in Python per execution: an INSERT's
+    # defaults of the columns not given, an UPDATE's onupdate (every
+    # table's updated_at).
     defaults = []
-    for column in compiled.insert_prefetch:
-        default = column.default
+    for column, default in [(c, c.default) for c in compiled.insert_prefetch] \
+            + [(c, c.onupdate) for c in compiled.update_prefetch]:
         if default is None or not (default.is_scalar or default.is_callable):
             return None
         defaults.append((column.key, default.is_callable, default.arg))

@@ -67,6 +67,26 @@ def test_statements_share_one_transaction_and_roll_back_together(database):
             DP)).scalar() == 0
 
 
+def test_an_updates_onupdate_values_are_filled_in(database):
+    """updated_at's onupdate (a Python function) is computed here, as
+    SQLAlchemy's execution would: an UPDATE stays on the driver's
+    connection, as the transaction's later statements then do.
+    """
+    with api.writer() as session:
+        uuid = _insert(session, 'old')
+    rename = api.Prepared(DP.update().where(
+        DP.c.uuid == sa.bindparam('u')).values(name=sa.bindparam('n')))
+    # A plan of its own: not SQLAlchemy's execution.
+    assert rename.compiled(api.get_engine().dialect, None) is not None
+    with api.writer() as session:
+        assert session.execute(rename, {'u': uuid, 'n': 'new'}).rowcount == 1
+    with api.reader() as session:
+        row = session.execute(BY_UUID, {'u': uuid}).mappings().first()
+    assert row['name'] == 'new'
+    assert isinstance(row['updated_at'], datetime.datetime)
+    assert row['updated_at'] >= row['created_at']
+
+
 def test_fixed_length_in_lists_and_rowcount(database):
     with api.writer() as session:
         uuids = [_insert(session, 'n%d' % i) for i in range(3)]
