@@ -71,15 +71,51 @@ class Gone(Exception):
     """The ARQ left BindStarted meanwhile (unbound or deleted)."""
 
 
-# The ARQs of a batch with their deployable, device and profile, in one
-# round trip; built once, so SQLAlchemy reuses its compiled form.
-_CLAIM_ROWS = (
-    sa.select(ARQ, DEPLOYABLE, DEVICE, DP.c.profile_json)
-    .select_from(
-        ARQ.outerjoin(DEPLOYABLE, DEPLOYABLE.c.rp_uuid == ARQ.c.device_rp_uuid)
-        .outerjoin(DEVICE, DEVICE.c.id == DEPLOYABLE.c.device_id)
-        .outerjoin(DP, DP.c.id == ARQ.c.device_profile_id))
-    .where(ARQ.c.uuid.in_(sa.bindparam('uuids', expanding=True))))
+def _layout(*tables):
+    """Where each table's columns are in a row of all their columns, table
+    after table: [(column names, start, end)].
+    """
+    parts, start = [], 0
+    for table in tables:
+        names = tuple(c.name for c in table.c)
+        parts.append((names, start, start + len(names)))
+        start += len(names)
+    return parts
+
+
+# A claim row: every column of the ARQ, its deployable and device, in this
+# order, then its profile's JSON. Read by position: Prepared rows are
+# keyed by label, and the three tables share column names (id, uuid,
+# created_at, ...).
+_ARQ_PART, _DEPLOYABLE_PART, _DEVICE_PART = _CLAIM_PARTS = _layout(
+    ARQ, DEPLOYABLE, DEVICE)
+_PROFILE_JSON = _DEVICE_PART[2]
+_ARQ_ID = _ARQ_PART[1] + _ARQ_PART[0].index('id')
+_DEPLOYABLE_ID = _DEPLOYABLE_PART[1] + _DEPLOYABLE_PART[0].index('id')
+
+
+@functools.lru_cache(maxsize=64)
+def _claim_rows(count):
+    """The ARQs bound as `uuid_0` ... `uuid_<count-1>` with their
+    deployable, device and profile (_CLAIM_PARTS), in one round trip; one
+    statement per batch size, compiled once.
+    """
+    return api.Prepared(
+        sa.select(*ARQ.c, *DEPLOYABLE.c, *DEVICE.c, DP.c.profile_json)
+        .set_label_style(sa.LABEL_STYLE_TABLENAME_PLUS_COL)
+        .select_from(
+            ARQ.outerjoin(DEPLOYABLE,
+                          DEPLOYABLE.c.rp_uuid == ARQ.c.device_rp_uuid)
+            .outerjoin(DEVICE, DEVICE.c.id == DEPLOYABLE.c.device_id)
+            .outerjoin(DP, DP.c.id == ARQ.c.device_profile_id))
+        .where(api.in_(ARQ.c.uuid, 'uuid', count)))
+
+
+def _claim_order(row):
+    """Deployables in id order (those of unknown providers first), then
+    ARQs in id order.
+    """
+    return row[_DEPLOYABLE_ID] or 0, row[_ARQ_ID]
 
 
 @retry
@@ -99,20 +135,35 @@ def claim_handles(arq_uuids, picker, owner=None):
     Returns {uuid: {arq, deployable, device, handle} | BindError | Gone}.
     Deployables are visited in id order, so two conductors claiming at
     once lock handle rows in the same order.
+
+    Every statement is Prepared, so the transaction stays on the driver's
+    connection from BEGIN to COMMIT (api.Session).
     """
     outcomes = {uuid: Gone(uuid) for uuid in arq_uuids}
+    if not outcomes:
+        return outcomes
     with api.writer() as session:
-        rows = session.execute(_CLAIM_ROWS,
-                               {'uuids': list(outcomes)}).all()
-        rows.sort(key=lambda r: (r._mapping[DEPLOYABLE.c.id] or 0,
-                                 r._mapping[ARQ.c.id]))
+        rows = session.execute(_claim_rows(len(outcomes)),
+                               api.in_params('uuid', list(outcomes))).all()
+        rows.sort(key=_claim_order)
         for row in rows:
-            uuid = row._mapping[ARQ.c.uuid]
+            claimed = _split(row)
+            uuid = claimed[0]['uuid']
             try:
-                outcomes[uuid] = _claim(session, row, picker, owner)
+                outcomes[uuid] = _claim(session, claimed, picker, owner)
             except (BindError, Gone) as e:
                 outcomes[uuid] = e
     return outcomes
+
+
+def _split(row):
+    """A claim row as (arq, deployable, device) dicts by column name and
+    the profile's JSON. The deployable's and device's values are all None
+    when the ARQ's provider has none.
+    """
+    arq, dep, device = (dict(zip(names, row[start:end]))
+                        for names, start, end in _CLAIM_PARTS)
+    return arq, dep, device, row[_PROFILE_JSON]
 
 
 def claim_handle(arq_uuid, picker, owner=None):
@@ -123,21 +174,20 @@ def claim_handle(arq_uuid, picker, owner=None):
     return outcome
 
 
-def _claim(session, row, picker, owner):
-    arq_uuid = row._mapping[ARQ.c.uuid]
-    if row._mapping[ARQ.c.state] != 'BindStarted' or \
-            row._mapping[ARQ.c.bind_owner] not in (None, owner):
+def _claim(session, claimed, picker, owner):
+    """The claim of one ARQ of a _split() row, or BindError or Gone."""
+    arq, dep, device, profile_json = claimed
+    arq_uuid = arq['uuid']
+    if arq['state'] != 'BindStarted' or \
+            arq['bind_owner'] not in (None, owner):
         raise Gone(arq_uuid)
-    arq, dep, device = (_columns(row, table)
-                        for table in (ARQ, DEPLOYABLE, DEVICE))
     if dep['id'] is None:
         raise BindError('No device is known for resource provider %s'
                         % arq['device_rp_uuid'])
     if device['status'] != 'enabled':
         raise BindError('Device %s on %s is in maintenance'
                         % (device['uuid'], device['hostname']))
-    group = _request_group(row._mapping[DP.c.profile_json],
-                           arq['device_profile_group_id'])
+    group = _request_group(profile_json, arq['device_profile_group_id'])
     held = arq['attach_handle_id']
     handle_id = held or _take_free_handle(
         session, dep, group, picker(dep['driver_name']))
@@ -155,32 +205,30 @@ def _claim(session, row, picker, owner):
             session.execute(_SET_IN_USE, {'handle_id': handle_id,
                                           'in_use': False})
         raise Gone(arq_uuid)
-    handle = session.execute(_HANDLE, {'handle_id': handle_id}
-                             ).mappings().one()
+    handle = session.execute(_HANDLE, {'handle_id': handle_id})
     return {'arq': arq, 'deployable': dep, 'device': device,
-            'handle': dict(handle, request_group=group)}
+            'handle': dict(zip(handle.keys(), handle.one()),
+                           request_group=group)}
 
 
 # Conditional on the handle read and on no other conductor holding the
 # ARQ (a peer that took it over from us while we were slow keeps it).
 _CLAIM, _RECLAIM = (
-    ARQ.update().where(ARQ.c.uuid == sa.bindparam('arq_uuid'),
-                       ARQ.c.state == 'BindStarted', held,
-                       sa.or_(ARQ.c.bind_owner.is_(None),
-                              ARQ.c.bind_owner == sa.bindparam('owner'))
-                       ).values(
+    api.Prepared(ARQ.update().where(
+        ARQ.c.uuid == sa.bindparam('arq_uuid'), ARQ.c.state == 'BindStarted',
+        held, sa.or_(ARQ.c.bind_owner.is_(None),
+                     ARQ.c.bind_owner == sa.bindparam('owner'))
+    ).values(
         attach_handle_id=sa.bindparam('handle_id'),
         deployable_id=sa.bindparam('deployable_id'),
-        bind_owner=sa.bindparam('owner'))
+        bind_owner=sa.bindparam('owner')))
     for held in (ARQ.c.attach_handle_id.is_(None),
                  ARQ.c.attach_handle_id == sa.bindparam('held')))
-_HANDLE = sa.select(AH).where(AH.c.id == sa.bindparam('handle_id'))
-_SET_IN_USE = AH.update().where(AH.c.id == sa.bindparam('handle_id')).values(
-    in_use=sa.bindparam('in_use'))
-
-
-def _columns(row, table):
-    return {c.name: row._mapping[c] for c in table.c}
+_HANDLE = api.Prepared(sa.select(AH).where(
+    AH.c.id == sa.bindparam('handle_id')))
+_SET_IN_USE = api.Prepared(AH.update().where(
+    AH.c.id == sa.bindparam('handle_id')).values(
+    in_use=sa.bindparam('in_use')))
 
 
 def _request_group(profile_json, index):
@@ -217,13 +265,15 @@ def _take_free_handle(session, dep, group, pick, attempts=5):
                     '%s (%d in use)' % (dep['name'], total - len(free)))
 
 
-_FREE_HANDLES = sa.select(AH.c.id, AH.c.attach_type, AH.c.attach_info).where(
-    AH.c.deployable_id == sa.bindparam('deployable_id'),
-    AH.c.in_use == sa.false()).order_by(AH.c.id).with_for_update()
-_TAKE = AH.update().where(AH.c.id == sa.bindparam('handle_id'),
-                          AH.c.in_use == sa.false()).values(in_use=True)
-_HANDLE_COUNT = sa.select(sa.func.count()).where(
-    AH.c.deployable_id == sa.bindparam('deployable_id'))
+_FREE_HANDLES = api.Prepared(
+    sa.select(AH.c.id, AH.c.attach_type, AH.c.attach_info).where(
+        AH.c.deployable_id == sa.bindparam('deployable_id'),
+        AH.c.in_use == sa.false()).order_by(AH.c.id).with_for_update())
+_TAKE = api.Prepared(AH.update().where(
+    AH.c.id == sa.bindparam('handle_id'),
+    AH.c.in_use == sa.false()).values(in_use=True))
+_HANDLE_COUNT = api.Prepared(sa.select(sa.func.count()).where(
+    AH.c.deployable_id == sa.bindparam('deployable_id')))
 
 
 @retry
@@ -234,12 +284,18 @@ def update_handle_info(handle_uuid, info):
 
 
 def _merge_info(session, handle_uuid, info):
-    current = session.execute(sa.select(AH.c.attach_info).where(
-        AH.c.uuid == handle_uuid)).scalar()
+    current = session.execute(_INFO, {'h_uuid': handle_uuid}).scalar()
     merged = dict(json.loads(current or '{}'), **info)
-    session.execute(AH.update().where(AH.c.uuid == handle_uuid).values(
-        attach_info=json.dumps(merged, sort_keys=True,
-                               separators=(', ', ': '))))
+    session.execute(_SET_INFO, {
+        'h_uuid': handle_uuid,
+        'info': json.dumps(merged, sort_keys=True, separators=(', ', ': '))})
+
+
+_INFO = api.Prepared(sa.select(AH.c.attach_info).where(
+    AH.c.uuid == sa.bindparam('h_uuid')))
+_SET_INFO = api.Prepared(AH.update().where(
+    AH.c.uuid == sa.bindparam('h_uuid')).values(
+    attach_info=sa.bindparam('info')))
 
 
 @retry
@@ -275,30 +331,35 @@ def finish(arq_uuid, reason=None):
     return released
 
 
-_HELD = sa.select(ARQ.c.attach_handle_id).where(
+_HELD = api.Prepared(sa.select(ARQ.c.attach_handle_id).where(
     ARQ.c.uuid == sa.bindparam('arq_uuid'), ARQ.c.state == 'BindStarted'
-).with_for_update()
-_BOUND = ARQ.update().where(
+).with_for_update())
+_BOUND = api.Prepared(ARQ.update().where(
     ARQ.c.uuid == sa.bindparam('arq_uuid'), ARQ.c.state == 'BindStarted'
-).values(state='Bound', event_pending=True, bind_failure=None)
-_FAILED = ARQ.update().where(
+).values(state='Bound', event_pending=True, bind_failure=None))
+_FAILED = api.Prepared(ARQ.update().where(
     ARQ.c.uuid == sa.bindparam('arq_uuid'), ARQ.c.state == 'BindStarted'
 ).values(state='BindFailed', event_pending=True,
          bind_failure=sa.bindparam('reason'), attach_handle_id=None,
-         deployable_id=None)
+         deployable_id=None))
 
 
 def _finish(session, arq_uuid, reason):
-    row = session.execute(_HELD, {'arq_uuid': arq_uuid}).mappings().first()
+    """Record one outcome; the handles to release, or Gone."""
+    if reason is None:
+        # A bound ARQ keeps its handle, so there is nothing to read
+        # first: the conditional UPDATE alone says whether the ARQ was
+        # still BindStarted (and locks its row, as a locking read would).
+        if session.execute(_BOUND, {'arq_uuid': arq_uuid}).rowcount != 1:
+            raise Gone(arq_uuid)
+        return []
+    row = session.execute(_HELD, {'arq_uuid': arq_uuid}).first()
     if row is None:
         raise Gone(arq_uuid)
-    if reason is None:
-        session.execute(_BOUND, {'arq_uuid': arq_uuid})
-    else:
-        session.execute(_FAILED, {'arq_uuid': arq_uuid,
-                                  'reason': reason[:255]})
-    if reason is not None and row['attach_handle_id'] is not None:
-        return arqs.free_handles(session, [row['attach_handle_id']])
+    session.execute(_FAILED, {'arq_uuid': arq_uuid, 'reason': reason[:255]})
+    held = row[0]
+    if held is not None:
+        return arqs.free_handles(session, [held])
     return []
 
 
@@ -308,20 +369,31 @@ def bind_started(older_than=None, unowned=False):
     list-stuck` and cyborg-status report); with unowned, only those no
     conductor holds (their bind message is still queued, or was lost).
     """
+    params = {}
+    if older_than is not None:
+        params['cutoff'] = (datetime.datetime.now(datetime.timezone.utc)
+                            .replace(tzinfo=None)
+                            - datetime.timedelta(seconds=older_than))
+    by_instance = {}
+    for uuid, instance in api.read(
+            _started_query(older_than is not None, unowned), params):
+        by_instance.setdefault(instance, []).append(uuid)
+    return by_instance
+
+
+@functools.lru_cache(maxsize=None)
+def _started_query(by_age, unowned):
+    """bind_started()'s query, one per combination of filters; the age's
+    cutoff is bound as `cutoff`.
+    """
     query = sa.select(ARQ.c.uuid, ARQ.c.instance_uuid).where(
         ARQ.c.state == 'BindStarted')
-    if older_than is not None:
-        cutoff = (datetime.datetime.now(datetime.timezone.utc)
-                  .replace(tzinfo=None)
-                  - datetime.timedelta(seconds=older_than))
-        query = query.where(started_at() < cutoff)
+    if by_age:
+        query = query.where(started_at() < sa.bindparam(
+            'cutoff', type_=ARQ.c.bind_started_at.type))
     if unowned:
         query = query.where(ARQ.c.bind_owner.is_(None))
-    with api.reader() as session:
-        by_instance = {}
-        for uuid, instance in session.execute(query.order_by(ARQ.c.id)):
-            by_instance.setdefault(instance, []).append(uuid)
-        return by_instance
+    return api.Prepared(query.order_by(ARQ.c.id))
 
 
 def started_at():
@@ -333,20 +405,51 @@ def started_at():
 
 
 def pending_events(uuids=None):
-    """Nova events not yet delivered: [{name, server_uuid, tag, status}]."""
+    """Nova events not yet delivered: [{name, server_uuid, tag, status}].
+    One query, which needs no transaction (api.read()).
+    """
+    if uuids is None:
+        rows = api.read(_pending(None))
+    else:
+        uuids = list(uuids)
+        rows = api.read(_pending(len(uuids)), api.in_params('uuid', uuids))
+    return [{'name': 'accelerator-request-bound', 'server_uuid': instance,
+             'tag': uuid, 'status': BIND_STATUS.get(state, 'failed')}
+            for uuid, instance, state in rows]
+
+
+@functools.lru_cache(maxsize=64)
+def _pending(count):
+    """pending_events()'s query; of the ARQs bound as `uuid_<i>` unless
+    count is None.
+    """
     query = sa.select(ARQ.c.uuid, ARQ.c.instance_uuid, ARQ.c.state).where(
         ARQ.c.event_pending == sa.true(), ARQ.c.instance_uuid.is_not(None))
-    if uuids is not None:
-        query = query.where(ARQ.c.uuid.in_(uuids))
-    with api.reader() as session:
-        return [{'name': 'accelerator-request-bound',
-                 'server_uuid': r['instance_uuid'], 'tag': r['uuid'],
-                 'status': BIND_STATUS.get(r['state'], 'failed')}
-                for r in session.execute(query.order_by(ARQ.c.id)).mappings()]
+    if count is not None:
+        query = query.where(api.in_(ARQ.c.uuid, 'uuid', count))
+    return api.Prepared(query.order_by(ARQ.c.id))
+
+
+# The most ARQs one events_delivered() UPDATE lists (more go in several,
+# in the same transaction): a delivery after an outage of Nova may hold
+# thousands, and each length is a statement of its own, compiled once.
+_DELIVERED_MAX = 500
 
 
 @retry
 def events_delivered(uuids):
+    uuids = list(uuids)
+    if not uuids:
+        return
     with api.writer() as session:
-        session.execute(ARQ.update().where(ARQ.c.uuid.in_(uuids)).values(
-            event_pending=False))
+        for start in range(0, len(uuids), _DELIVERED_MAX):
+            chunk = uuids[start:start + _DELIVERED_MAX]
+            session.execute(_delivering(len(chunk)),
+                            api.in_params('uuid', chunk))
+
+
+@functools.lru_cache(maxsize=64)
+def _delivering(count):
+    """events_delivered()'s UPDATE of the ARQs bound as `uuid_<i>`."""
+    return api.Prepared(ARQ.update().where(
+        api.in_(ARQ.c.uuid, 'uuid', count)).values(event_pending=False))

@@ -436,8 +436,9 @@ def test_a_claim_that_lost_its_arq_gives_the_handle_back(stack):
     [arq] = stack.create_arqs('fpga')
     stack.bind([arq], str(uuid.uuid4()), [stack.rp('0000:0c:00.0')])
     with db_api.reader() as session:
-        stale = session.execute(bindings._CLAIM_ROWS,
-                                {'uuids': [arq['uuid']]}).one()
+        stale = bindings._split(session.execute(
+            bindings._claim_rows(1),
+            db_api.in_params('uuid', [arq['uuid']])).one())
     other = bindings.claim_handle(
         arq['uuid'], drivers.handle_picker)['handle']   # the other binder
     handles = models.AttachHandle.__table__
