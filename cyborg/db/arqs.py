@@ -407,20 +407,24 @@ def _require_all(session, uuids, project_id):
 @functools.lru_cache(maxsize=None)
 def _transition_statement(target, allowed, keys):
     """UPDATE of one ARQ (bound `arq_uuid`) from `allowed` to `target`, with
-    the columns `keys` (bound as `v_<key>`), built once per shape.
+    the columns `keys` (bound as `v_<key>`), built once per shape. The
+    states are bound one by one (`allowed_<i>`): an IN of a Python list
+    would be expanded by SQLAlchemy on every execution.
     """
-    return ARQ.update().where(
-        ARQ.c.uuid == sa.bindparam('arq_uuid'), ARQ.c.state.in_(allowed)
-    ).values(state=target, **{k: sa.bindparam('v_' + k) for k in keys})
+    return api.Prepared(ARQ.update().where(
+        ARQ.c.uuid == sa.bindparam('arq_uuid'),
+        api.in_(ARQ.c.state, 'allowed', len(allowed))
+    ).values(state=target, **{k: sa.bindparam('v_' + k) for k in keys}))
 
 
-_STATE_OF = sa.select(ARQ.c.state).where(
-    ARQ.c.uuid == sa.bindparam('arq_uuid'))
+_STATE_OF = api.Prepared(sa.select(ARQ.c.state).where(
+    ARQ.c.uuid == sa.bindparam('arq_uuid')))
 
 
 def _transition(session, uuid, target, allowed, values, current):
     """Move one ARQ to `target` if it is in `allowed`, else ARQBadState."""
-    params = {'v_' + k: v for k, v in values.items()}
+    params = api.in_params('allowed', allowed)
+    params.update(('v_' + k, v) for k, v in values.items())
     params['arq_uuid'] = uuid
     result = session.execute(
         _transition_statement(target, tuple(allowed), tuple(sorted(values))),
@@ -431,18 +435,24 @@ def _transition(session, uuid, target, allowed, values, current):
                                     expected=', '.join(allowed))
 
 
-_INSTANCE_TAKEN = sa.select(ARQ.c.instance_uuid).where(
-    ARQ.c.instance_uuid.in_(sa.bindparam('instances', expanding=True))
-).limit(1)
+@functools.lru_cache(maxsize=64)
+def _instance_taken(count):
+    """An ARQ of any of `count` instances (bound `instance_<i>`)."""
+    return api.Prepared(sa.select(ARQ.c.instance_uuid).where(
+        api.in_(ARQ.c.instance_uuid, 'instance', count)).limit(1))
 
 
-# The host of the device behind each resource provider: the agent of that
-# host reported both, so no Placement round trip is needed to know it.
-_HOSTS_OF_PROVIDERS = sa.select(
-    DEPLOYABLE.c.rp_uuid, DEVICE.c.hostname
-).select_from(DEPLOYABLE.join(DEVICE, DEPLOYABLE.c.device_id == DEVICE.c.id)
-              ).where(DEPLOYABLE.c.rp_uuid.in_(
-                  sa.bindparam('rp_uuids', expanding=True)))
+@functools.lru_cache(maxsize=64)
+def _hosts_of_providers(count):
+    """The host of the device behind each of `count` resource providers
+    (bound `rp_<i>`): the agent of that host reported both, so no
+    Placement round trip is needed to know it.
+    """
+    return api.Prepared(sa.select(
+        DEPLOYABLE.c.rp_uuid, DEVICE.c.hostname
+    ).select_from(DEPLOYABLE.join(DEVICE,
+                                  DEPLOYABLE.c.device_id == DEVICE.c.id)
+                  ).where(api.in_(DEPLOYABLE.c.rp_uuid, 'rp', count)))
 
 
 def _require_hosts_own_providers(session, bindings):
@@ -450,9 +460,9 @@ def _require_hosts_own_providers(session, bindings):
     behind its device_rp_uuid. A provider no device has is left to the
     conductor (which records BindFailed, as Cyborg does).
     """
-    hosts = dict(session.execute(_HOSTS_OF_PROVIDERS, {
-        'rp_uuids': sorted({b['device_rp_uuid'] for b in bindings.values()})
-    }).all())
+    providers = sorted({b['device_rp_uuid'] for b in bindings.values()})
+    hosts = dict(session.execute(_hosts_of_providers(len(providers)),
+                                 api.in_params('rp', providers)).all())
     for uuid, binding in sorted(bindings.items()):
         host = hosts.get(binding['device_rp_uuid'])
         if host is not None and host != binding['hostname']:
@@ -472,9 +482,10 @@ def start_bind(bindings, project_id=None):
     """
     with api.writer() as session:
         found = _require_all(session, list(bindings), project_id)
-        instances = {b['instance_uuid'] for b in bindings.values()}
+        instances = sorted({b['instance_uuid'] for b in bindings.values()})
         already = session.execute(
-            _INSTANCE_TAKEN, {'instances': list(instances)}).scalar()
+            _instance_taken(len(instances)),
+            api.in_params('instance', instances)).scalar()
         if already is not None:
             raise exception.PatchError(
                 reason='Instance %s already has accelerator requests. Cannot '

@@ -6,6 +6,7 @@ import pytest
 
 from cyborg.common import exception
 from cyborg.db import arqs
+from tests.db.prepared import prepared_only
 from tests.db import seed
 
 
@@ -373,3 +374,28 @@ def test_delete_by_instance_respects_project(delete_returning):
     assert len(arqs.list_()) == 1
     arqs.delete_by_instance(instance, project_id='p1')
     assert arqs.list_() == []
+
+
+# --- the fast path -----------------------------------------------------------
+
+def test_api_writes_run_prepared_statements_only(delete_returning):
+    """What the API's writes do to ARQs stays on the driver's connection
+    (api.Session's fast path), each way a delete goes, with a profile
+    known to this process or not.
+    """
+    dp = seed.profile('fast')
+    arqs._PROFILES.forget('fast')
+    device = seed.device(hostname='compute1')
+    dep = seed.deployable(device['id'])
+    with prepared_only():
+        read_first = arqs.create_from_profile('fast', lambda dp: [2], 'p1')
+        known = arqs.create_from_profile('fast', lambda dp: [1], 'p1')
+        instance = uuidutils.generate_uuid()
+        arqs.start_bind({a['uuid']: _binding(instance, 'compute1',
+                                             dep['rp_uuid'])
+                         for a in read_first})
+        arqs.unbind([read_first[0]['uuid']])
+        arqs.delete_by_instance(instance)
+        arqs.delete_by_uuids([read_first[0]['uuid'], known[0]['uuid']])
+    assert arqs.list_() == []
+    assert [r['uuid'] for r in seed.select(seed.DP)] == [dp['uuid']]

@@ -3,17 +3,14 @@
 its caller passes in (the binder passes the drivers'; the DB layer knows
 no drivers)."""
 
-import contextlib
 import json
-from unittest import mock
 
 from oslo_utils import uuidutils
 import pytest
-import sqlalchemy as sa
 
-from cyborg.db import api
 from cyborg.db import arqs
 from cyborg.db import bindings
+from tests.db.prepared import prepared_only
 from tests.db import seed
 
 
@@ -69,26 +66,6 @@ def test_claim_fails_when_the_picker_finds_nothing_suitable(database):
     assert seed.select(seed.AH)[0]['id'] == handle['id']
     assert seed.select(seed.AH)[0]['in_use'] is False
     assert arqs.get(arq['uuid'])['state'] == 'BindStarted'
-
-
-@contextlib.contextmanager
-def prepared_only():
-    """Within it, a transaction whose statements leave the driver's
-    connection for SQLAlchemy's (a Connection made on it: api.Session's
-    slow path) fails the test: a bind's transactions run Prepared
-    statements only. (The test's own reads run outside it.)
-    """
-    # Engines first: MariaDB's lone reads have one of their own, whose
-    # first connection SQLAlchemy sets up through a Connection.
-    api.read(api.Prepared(sa.select(sa.literal(1))))
-    real = sa.engine.Connection.__init__
-
-    def made(self, engine, connection=None, *args, **kwargs):
-        if connection is not None:
-            raise AssertionError('a statement went through SQLAlchemy')
-        real(self, engine, connection, *args, **kwargs)
-    with mock.patch.object(sa.engine.Connection, '__init__', made):
-        yield
 
 
 def _picker(driver_name):
