@@ -230,6 +230,21 @@ def database(request):
     yield db
 
 
+def _with_returning(request, database, monkeypatch, capability, clause):
+    """The `database`, with its dialect's `capability` (insert_returning,
+    delete_returning) as it is (param 'returning'; skipped where the
+    backend has no such `clause`) or turned off, as on MySQL's server.
+    """
+    from cyborg.db import api
+
+    dialect = api.get_engine().dialect
+    if request.param != 'returning':
+        monkeypatch.setattr(dialect, capability, False)
+    elif not getattr(dialect, capability):
+        pytest.skip('%s cannot %s ... RETURNING' % (database.backend, clause))
+    return request.param == 'returning'
+
+
 @pytest.fixture(params=('returning', 'read-back'))
 def insert_returning(request, database, monkeypatch):
     """The `database`, its creates run each way the DB layer has: with
@@ -237,30 +252,18 @@ def insert_returning(request, database, monkeypatch):
     with an INSERT and then a read, as on a server without RETURNING
     (MySQL), whose dialect says so as this one is made to.
     """
-    from cyborg.db import api
-
-    dialect = api.get_engine().dialect
-    if request.param == 'read-back':
-        monkeypatch.setattr(dialect, 'insert_returning', False)
-    elif not dialect.insert_returning:
-        pytest.skip('%s cannot INSERT ... RETURNING' % database.backend)
-    yield request.param == 'returning'
+    return _with_returning(request, database, monkeypatch,
+                           'insert_returning', 'INSERT')
 
 
-@pytest.fixture(params=['returning', 'locking-read'])
+@pytest.fixture(params=('returning', 'locking-read'))
 def delete_returning(request, database, monkeypatch):
     """The `database`, its ARQ deletes run each way the DB layer has: one
     DELETE ... RETURNING (where the backend can), and a locking read of
     the rows before their DELETE (MySQL's way).
     """
-    from cyborg.db import api
-
-    dialect = api.get_engine().dialect
-    if request.param == 'locking-read':
-        monkeypatch.setattr(dialect, 'delete_returning', False)
-    elif not dialect.delete_returning:
-        pytest.skip('%s cannot DELETE ... RETURNING' % database.backend)
-    yield request.param == 'returning'
+    return _with_returning(request, database, monkeypatch,
+                           'delete_returning', 'DELETE')
 
 
 @pytest.fixture
