@@ -205,25 +205,28 @@ def _autocommit_engine(url):
     take() and give_back(), guard()'s checks included, which reset
     nothing (a reset would be a ROLLBACK, another round trip).
     """
-    engine = _oslo_engine(url)
+    # Made on the first lone read, which may come while the server is
+    # down: oslo.db must not test the engine by connecting (it would retry
+    # [database] max_retries times, 10 s apart, holding the request and
+    # _LOCK); its first read connects, and fails as an outage if it must.
+    engine = _oslo_engine(url, max_retries=0)
 
     @sa.event.listens_for(engine, 'do_connect')
     def autocommit(dialect, record, cargs, cparams):
         cparams['autocommit'] = True
 
-    # The connection oslo.db opened to test the engine, not in
-    # autocommit, is closed with the QueuePool.
     engine.pool = pooling.Pool.replacing(engine.pool)
     pooling.guard(engine, ping=True)
     return engine
 
 
-def _oslo_engine(url):
+def _oslo_engine(url, **options):
     """A MariaDB or PostgreSQL engine of oslo.db's, with [database]'s
-    settings.
+    settings and these enginefacade `options`.
     """
     facade = enginefacade.transaction_context()
     facade.configure(
+        **options,
         connection=url,
         sqlite_fk=True,
         max_pool_size=CONF.database.max_pool_size,

@@ -173,3 +173,30 @@ def test_elsewhere_a_lone_read_uses_the_main_engine(database):
     if database.backend == 'mysql':
         pytest.skip('not MariaDB')
     assert api._lone_engine() is api.get_engine()
+
+
+def test_a_first_lone_read_while_the_server_is_down_is_an_outage(
+        mariadb, monkeypatch):
+    """The lone reads' engine is made on the first lone read, which may
+    come during an outage: it fails at once as one (the API's 503), with
+    no connection test retried seconds apart (a request held past the
+    WSGI server's timeout), and the next read, the server back, works.
+    """
+    from oslo_db.sqlalchemy import engines
+
+    api.configure(api._STATE[0])        # both engines made anew
+    api._engine()
+    assert api._STATE[2] is None
+
+    def refused(self, sock=None):
+        raise pymysql.err.OperationalError(
+            2003, "Can't connect to MySQL server (Connection refused)")
+
+    def no_wait(seconds):
+        raise AssertionError('a connection test retried')
+    monkeypatch.setattr(engines.time, 'sleep', no_wait)
+    with monkeypatch.context() as down:
+        down.setattr(pymysql.connections.Connection, 'connect', refused)
+        with pytest.raises(db_exc.DBConnectionError):
+            _lone_session()
+    assert _lone_session() is not None
