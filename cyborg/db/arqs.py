@@ -5,10 +5,8 @@ State changes are conditional UPDATEs (`WHERE state IN (...)`), so two
 binders of one ARQ can never both win; every call is one transaction.
 """
 
-import collections
 import functools
 import json
-import threading
 
 from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
@@ -59,11 +57,22 @@ def _decode(row):
     return row
 
 
-def _scoped(query, project_id):
-    """Restrict to one project; None means every project (admins)."""
-    if project_id is not None:
-        query = query.where(ARQ.c.project_id == project_id)
+def _in_project(query, by_project):
+    """`query` restricted to the project bound as `project_id` when
+    `by_project` (without it: every project, as admins see them).
+    """
+    if by_project:
+        query = query.where(ARQ.c.project_id == sa.bindparam('project_id'))
     return query
+
+
+def _with_project(params, project_id):
+    """`params` with `project_id` bound for _in_project(); None: every
+    project.
+    """
+    if project_id is not None:
+        params['project_id'] = project_id
+    return params
 
 
 def create(device_profile_id, counts, project_id):
@@ -81,45 +90,27 @@ def _no_profile(device_profile_id):
                               msg='with id=%s' % device_profile_id)
 
 
-class _Profiles:
-    """The profiles this process last created ARQs from, by name: their
-    id, uuid, name and groups (dp_db.find_groups_by_name()), at most
-    `size`, the least recently used forgotten first.
-
-    A profile's row never changes once written (the API has no update;
-    a profile is created and deleted), and its uuid is never another
-    profile's. So while a row with a remembered profile's id and uuid
-    exists, it is the profile remembered, with the same groups; the
-    INSERT of its ARQs checks that itself (_inserting_checked()) instead
-    of reading the profile first: on MariaDB and PostgreSQL that read was
-    one of an ARQ create's three round trips.
-    """
-
-    def __init__(self, size=256):
-        self.size = size
-        self._known = collections.OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, name):
-        with self._lock:
-            dp = self._known.get(name)
-            if dp is not None:
-                self._known.move_to_end(name)
-            return dp
-
-    def put(self, dp):
-        with self._lock:
-            self._known[dp['name']] = dp
-            self._known.move_to_end(dp['name'])
-            while len(self._known) > self.size:
-                self._known.popitem(last=False)
-
-    def forget(self, name):
-        with self._lock:
-            self._known.pop(name, None)
+# The profiles this process last created ARQs from, by name: their id,
+# uuid, name and groups (dp_db.find_groups_by_name()), up to
+# _PROFILES_KEPT (then forgotten all at once, as the API's caches do).
+#
+# A profile's row never changes once written (the API has no update; a
+# profile is created and deleted), and its uuid is never another
+# profile's. So while a row with a remembered profile's id and uuid
+# exists, it is the profile remembered, with the same groups; the INSERT
+# of its ARQs checks that itself (_inserting_checked()) instead of reading
+# the profile first: on MariaDB and PostgreSQL that read was one of an ARQ
+# create's three round trips.
+_PROFILES = {}
+_PROFILES_KEPT = 256
 
 
-_PROFILES = _Profiles()
+def _remember(dp):
+    if len(_PROFILES) >= _PROFILES_KEPT:
+        _PROFILES.clear()
+    _PROFILES[dp['name']] = dp
+
+
 # The most ARQs one checked INSERT makes (one SELECT per ARQ, joined by
 # UNION ALL; SQLite allows 500 at most): a profile asking for more is
 # read first, which costs little beside inserting that many rows.
@@ -129,7 +120,7 @@ _CHECKED_MAX = 16
 def create_from_profile(name, plan, project_id):
     """create() for the profile named `name`, in one transaction with the
     profile's read (or the check that the profile this process knows by
-    that name is still the one stored: _Profiles): `plan(profile)` gives
+    that name is still the one stored: _PROFILES): `plan(profile)` gives
     the counts per group (and may raise, leaving nothing written).
     """
     try:
@@ -142,15 +133,15 @@ def create_from_profile(name, plan, project_id):
                     if made is not None:
                         return made
                     # Deleted, or deleted and made again under its name.
-                    _PROFILES.forget(name)
+                    _PROFILES.pop(name, None)
             dp = dp_db.find_groups_by_name(session, name)
-            _PROFILES.put(dp)
+            _remember(dp)
             return _insert(session, dp['id'], plan(dp), project_id,
                            dp['name'])
     except db_exc.DBReferenceError:
         # The profile was deleted under us (a database without SQLite's
         # up-front write lock).
-        _PROFILES.forget(name)
+        _PROFILES.pop(name, None)
         raise exception.not_found('Device Profile', name=name)
 
 
@@ -224,13 +215,8 @@ def _insert_checked(session, dp, counts, project_id):
     """_insert() of the ARQs of a remembered profile `dp` if it is still
     the stored one; else None, nothing written.
     """
-    created_at = models.utcnow()
-    values = [{'uuid': uuidutils.generate_uuid(), 'state': 'Initial',
-               'device_profile_group_id': group_id,
-               'project_id': project_id, 'created_at': created_at,
-               'event_pending': False}
-              for group_id, count in enumerate(counts)
-              for _ in range(count)]
+    values = _new(counts, project_id=project_id,
+                  created_at=models.utcnow(), event_pending=False)
     if not values:
         return []
     params = {'%s_%d' % (k, i): v[k] for i, v in enumerate(values)
@@ -245,9 +231,25 @@ def _insert_checked(session, dp, counts, project_id):
         return _made(values, made, dp['name'])
     if session.execute(plain, params).rowcount != len(values):
         return None
+    return _read_back(session, values)
+
+
+def _new(counts, **columns):
+    """The values of counts[g] new ARQs for each group index g, in group
+    order: each a new uuid, state Initial, its group and `columns`.
+    """
+    return [dict(columns, uuid=uuidutils.generate_uuid(), state='Initial',
+                 device_profile_group_id=group_id)
+            for group_id, count in enumerate(counts) for _ in range(count)]
+
+
+def _read_back(session, values):
+    """The ARQs just inserted with `values`, as a read gives them (a
+    database without INSERT ... RETURNING).
+    """
+    uuids = [v['uuid'] for v in values]
     return [_decode(r) for r in api.rows(session.execute(
-        _created(len(values)),
-        api.in_params('uuid', [v['uuid'] for v in values])))]
+        _created(len(uuids)), api.in_params('uuid', uuids)))]
 
 
 def _made(values, made, device_profile_name):
@@ -278,19 +280,13 @@ def _insert(session, device_profile_id, counts, project_id,
     """The new ARQs, in id order (which is group order), as a read gives
     them; device_profile_name: their profile's, if the caller has read it.
     """
-    values = [{'uuid': uuidutils.generate_uuid(), 'state': 'Initial',
-               'device_profile_id': device_profile_id,
-               'device_profile_group_id': group_id,
-               'project_id': project_id}
-              for group_id, count in enumerate(counts)
-              for _ in range(count)]
+    values = _new(counts, device_profile_id=device_profile_id,
+                  project_id=project_id)
     if not values:
         return []
     if not session.insert_returning:
         session.execute(_INSERT, values)
-        uuids = [v['uuid'] for v in values]
-        return [_decode(r) for r in api.rows(session.execute(
-            _created(len(uuids)), api.in_params('uuid', uuids)))]
+        return _read_back(session, values)
     if device_profile_name is None:
         device_profile_name = session.execute(
             _NAME_OF, {'dp_id': device_profile_id}).scalar()
@@ -310,9 +306,7 @@ def _insert(session, device_profile_id, counts, project_id,
 def _list_statement(by_project, by_instance, by_states, after_marker,
                     limited):
     """The list query for one combination of filters, built once."""
-    query = _SELECT
-    if by_project:
-        query = query.where(ARQ.c.project_id == sa.bindparam('project_id'))
+    query = _in_project(_SELECT, by_project)
     if by_instance:
         query = query.where(
             ARQ.c.instance_uuid == sa.bindparam('instance_uuid'))
@@ -336,9 +330,8 @@ def list_(project_id=None, instance_uuid=None, states=None, limit=None,
 
 
 def _listed(session, project_id, instance_uuid, states, limit, marker):
-    params = api.bounds(session, ARQ, limit, marker)
-    if project_id is not None:
-        params['project_id'] = project_id
+    params = _with_project(api.bounds(session, ARQ, limit, marker),
+                           project_id)
     if instance_uuid is not None:
         params['instance_uuid'] = instance_uuid
     if states is not None:
@@ -355,26 +348,22 @@ def _listed(session, project_id, instance_uuid, states, limit, marker):
 def instance_unresolved(instance_uuid, project_id=None):
     """Whether any of the instance's ARQs is still being bound."""
     with api.reader() as session:
-        query = _scoped(sa.select(ARQ.c.id), project_id).where(
+        query = _in_project(sa.select(ARQ.c.id), project_id is not None).where(
             ARQ.c.instance_uuid == instance_uuid,
             ARQ.c.state.not_in(RESOLVED_STATES)).limit(1)
-        return session.execute(query).first() is not None
+        return session.execute(
+            query, _with_project({}, project_id)).first() is not None
 
 
 @functools.lru_cache(maxsize=None)
 def _get_statement(by_project):
-    query = _SELECT.where(ARQ.c.uuid == sa.bindparam('uuid'))
-    if by_project:
-        query = query.where(ARQ.c.project_id == sa.bindparam('project_id'))
-    return api.Prepared(query)
+    return api.Prepared(_in_project(
+        _SELECT.where(ARQ.c.uuid == sa.bindparam('uuid')), by_project))
 
 
 def get(uuid, project_id=None):
-    params = {'uuid': uuid}
-    if project_id is not None:
-        params['project_id'] = project_id
-    row = api.read(_get_statement(project_id is not None),
-                   params).mappings().first()
+    row = api.read(_get_statement(project_id is not None), _with_project(
+        {'uuid': uuid}, project_id)).mappings().first()
     if row is None:
         raise exception.not_found('ExtArq', uuid=uuid)
     return _decode(row)
@@ -385,16 +374,12 @@ def _locking_read(by_project, count):
     query = sa.select(
         ARQ.c.id, ARQ.c.uuid, ARQ.c.state, ARQ.c.instance_uuid,
         ARQ.c.attach_handle_id).where(api.in_(ARQ.c.uuid, 'uuid', count))
-    if by_project:
-        query = query.where(ARQ.c.project_id == sa.bindparam('project_id'))
-    return api.Prepared(query.with_for_update())
+    return api.Prepared(_in_project(query, by_project).with_for_update())
 
 
 def _require_all(session, uuids, project_id):
     """Lock and return {uuid: row} for all uuids, or raise 404."""
-    params = api.in_params('uuid', uuids)
-    if project_id is not None:
-        params['project_id'] = project_id
+    params = _with_project(api.in_params('uuid', uuids), project_id)
     found = {r['uuid']: r for r in session.execute(
         _locking_read(project_id is not None, len(uuids)),
         params).mappings()}
@@ -536,7 +521,7 @@ def free_handles(session, handle_ids):
         # What prepare() recorded described the binding that just ended.
         identity = records.handle_identity(handle['attach_info'])
         if identity != json.loads(handle['attach_info']):
-            session.execute(_FORGET_PREPARED, {
+            session.execute(SET_ATTACH_INFO, {
                 'h_uuid': handle['uuid'],
                 'info': records.canonical_json(identity)})
     return released
@@ -548,7 +533,8 @@ def _freeing(count):
                         .values(in_use=False))
 
 
-_FORGET_PREPARED = api.Prepared(AH.update().where(
+# The attach info (bound `info`) of the handle bound as `h_uuid`.
+SET_ATTACH_INFO = api.Prepared(AH.update().where(
     AH.c.uuid == sa.bindparam('h_uuid')).values(
         attach_info=sa.bindparam('info')))
 
@@ -579,9 +565,8 @@ def _deleting_listed(by_project, bound_too, count):
     and unbound unless asked, that gives back what freeing their attach
     handles needs.
     """
-    query = ARQ.delete().where(api.in_(ARQ.c.uuid, 'uuid', count))
-    if by_project:
-        query = query.where(ARQ.c.project_id == sa.bindparam('project_id'))
+    query = _in_project(
+        ARQ.delete().where(api.in_(ARQ.c.uuid, 'uuid', count)), by_project)
     if not bound_too:
         query = query.where(ARQ.c.instance_uuid.is_(None))
     return api.Prepared(query.returning(ARQ.c.id, ARQ.c.attach_handle_id))
@@ -606,12 +591,10 @@ def delete_by_uuids(uuids, project_id=None, may_delete_bound=False):
             if not session.delete_returning:
                 return _delete_listed(session, uuids, project_id,
                                       may_delete_bound)
-            params = api.in_params('uuid', uuids)
-            if project_id is not None:
-                params['project_id'] = project_id
             gone = session.execute(_deleting_listed(
                 project_id is not None, may_delete_bound, len(uuids)),
-                params).mappings().all()
+                _with_project(api.in_params('uuid', uuids),
+                              project_id)).mappings().all()
             if len(gone) != len(uuids):
                 raise _NotAll()
             return _free_handles(session, gone)
@@ -634,38 +617,33 @@ def _delete_listed(session, uuids, project_id, may_delete_bound):
     return _delete(session, found.values())
 
 
-@functools.lru_cache(maxsize=None)
-def _instance_arqs(by_project, deleting):
-    """The ARQs of the instance bound as `instance_uuid` (and of the
-    project bound as `project_id`): their id and attach handle, locked,
-    or deleted by the statement that gives them back (`deleting`).
-    """
-    if deleting:
-        query = ARQ.delete()
-    else:
-        query = sa.select(ARQ.c.id, ARQ.c.attach_handle_id)
-    query = query.where(ARQ.c.instance_uuid == sa.bindparam('instance_uuid'))
-    if by_project:
-        query = query.where(ARQ.c.project_id == sa.bindparam('project_id'))
-    if deleting:
-        return api.Prepared(query.returning(ARQ.c.id, ARQ.c.attach_handle_id))
-    return api.Prepared(query.with_for_update())
+_OF_INSTANCE = ARQ.c.instance_uuid == sa.bindparam('instance_uuid')
+# The ARQs of the instance bound as `instance_uuid`, by whether they are of
+# the project bound as `project_id`: their id and attach handle, given
+# back by the DELETE of them, or locked by a read before it.
+_DELETING_OF_INSTANCE = {
+    by_project: api.Prepared(_in_project(
+        ARQ.delete().where(_OF_INSTANCE), by_project).returning(
+            ARQ.c.id, ARQ.c.attach_handle_id))
+    for by_project in (False, True)}
+_LOCKING_OF_INSTANCE = {
+    by_project: api.Prepared(_in_project(
+        sa.select(ARQ.c.id, ARQ.c.attach_handle_id).where(_OF_INSTANCE),
+        by_project).with_for_update())
+    for by_project in (False, True)}
 
 
 def delete_by_instance(instance_uuid, project_id=None):
     """Delete all ARQs of an instance; deleting none is not an error."""
-    params = {'instance_uuid': instance_uuid}
-    if project_id is not None:
-        params['project_id'] = project_id
+    params = _with_project({'instance_uuid': instance_uuid}, project_id)
+    by_project = project_id is not None
     with api.writer() as session:
         if session.delete_returning:
             # One statement deletes them and says which handles to free.
             return _free_handles(session, session.execute(
-                _instance_arqs(project_id is not None, True),
-                params).mappings().all())
+                _DELETING_OF_INSTANCE[by_project], params).mappings().all())
         return _delete(session, session.execute(
-            _instance_arqs(project_id is not None, False),
-            params).mappings().all())
+            _LOCKING_OF_INSTANCE[by_project], params).mappings().all())
 
 
 def _delete(session, arq_rows):

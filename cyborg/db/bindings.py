@@ -286,16 +286,13 @@ def update_handle_info(handle_uuid, info):
 def _merge_info(session, handle_uuid, info):
     current = session.execute(_INFO, {'h_uuid': handle_uuid}).scalar()
     merged = dict(json.loads(current or '{}'), **info)
-    session.execute(_SET_INFO, {
+    session.execute(arqs.SET_ATTACH_INFO, {
         'h_uuid': handle_uuid,
         'info': json.dumps(merged, sort_keys=True, separators=(', ', ': '))})
 
 
 _INFO = api.Prepared(sa.select(AH.c.attach_info).where(
     AH.c.uuid == sa.bindparam('h_uuid')))
-_SET_INFO = api.Prepared(AH.update().where(
-    AH.c.uuid == sa.bindparam('h_uuid')).values(
-    attach_info=sa.bindparam('info')))
 
 
 @retry

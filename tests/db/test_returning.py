@@ -68,7 +68,7 @@ def test_statements_per_create(insert_returning, statements):
     assert statements == ([device_profiles._INSERT_RETURNING] if returning
                           else [device_profiles._INSERT,
                                 device_profiles._BY['uuid']])
-    arqs._PROFILES.forget('counted')
+    arqs._PROFILES.pop('counted', None)
     del statements[:]
     arqs.create_from_profile('counted', lambda dp: [3], 'p')
     # The profile's read, then the same.
