@@ -7,12 +7,14 @@ back-to-back transactions pay no ping.
 """
 
 import json
+import logging
 import pathlib
 import queue
 import subprocess
 import sys
 import threading
 
+from oslo_db import exception as db_exc
 import pytest
 import sqlalchemy as sa
 import webob
@@ -300,3 +302,32 @@ def test_the_pool_logs_as_sqlalchemys_queue_pool(sqlite_database):
     """
     assert api.get_engine().pool.logger.name.startswith(
         'sqlalchemy.pool.impl.QueuePool')
+
+
+@pytest.mark.parametrize('transaction', [api.reader, api.writer])
+def test_a_closed_sqlite_connection_is_replaced_for_a_transaction(
+        sqlite_database, transaction, caplog):
+    """As for a lone read (tests/db/test_lone_reads.py): the transaction
+    whose BEGIN meets it is an outage (DBConnectionError, which callers
+    treat as one), it is invalidated there, not left to the pool's
+    rollback on return to fail (an ERROR with a traceback), and the next
+    transaction gets a new connection.
+    """
+    engine = api.get_engine()
+    engine.dispose()
+    with api.reader() as session:
+        closed = session._raw.dbapi_connection
+    closed.close()
+    with caplog.at_level(logging.WARNING, logger='sqlalchemy.pool'):
+        with pytest.raises(db_exc.DBConnectionError):
+            with transaction():
+                pass
+        for _ in range(2):
+            with transaction() as session:
+                assert session._raw.dbapi_connection is not closed
+                assert session.execute(api.Prepared(
+                    sa.select(sa.literal(1)))).scalar() == 1
+    assert [r.getMessage() for r in caplog.records
+            if r.levelno >= logging.WARNING] == []
+    assert engine.pool.checkedout() == 0
+    assert engine.pool.checkedin() == 1
