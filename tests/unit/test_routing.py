@@ -5,6 +5,9 @@ of RootController ends, for every kind of path.
 
 import itertools
 
+import pecan
+import pecan.core
+import pecan.hooks
 from pecan import routing
 import pytest
 import webob
@@ -86,11 +89,11 @@ def test_a_segment_naming_a_python_attribute_is_not_found(api, path,
 def test_crud_paths_take_the_direct_route():
     v2 = root.RootController.v2
     for name in root.COLLECTIONS:
-        assert root._direct(v2, [name]) is not None
-        assert root._direct(v2, ['v2', name, 'abc']) is not None
-        assert root._direct(v2, ['v2', name, 'abc', '']) is not None
-    assert root._direct(v2, ['v2', 'devices', 'abc', 'enable']) is None
-    assert root._direct(v2, ['v2', 'device_profiles', 'index']) is None
+        assert root.direct(v2, [name]) is not None
+        assert root.direct(v2, ['v2', name, 'abc']) is not None
+        assert root.direct(v2, ['v2', name, 'abc', '']) is not None
+    assert root.direct(v2, ['v2', 'devices', 'abc', 'enable']) is None
+    assert root.direct(v2, ['v2', 'device_profiles', 'index']) is None
 
 
 def _answer(app_call, environ):
@@ -132,3 +135,68 @@ def test_get_root_answers_as_pecans_root_controller(extra, public_endpoint):
     # A prefix that is not UTF-8 is read for the links only.
     assert direct[0] == ('400 Bad Request' if '\xff' in str(extra)
                          and not public_endpoint else '200 OK')
+
+
+def _found(find, app, path, method, query):
+    """What `find` (a find_controller) gives for one request: the handler
+    and the arguments a handler is called with (pecan passes query
+    parameters as keyword arguments, which no handler takes: see
+    _Pecan.find_controller), the type pecan settles on and what its
+    thread-local state holds; or the error it raises.
+    """
+    environ = webob.Request.blank('/', method=method).environ
+    # As a server hands a path over: its UTF-8 bytes as latin-1 (PEP 3333).
+    environ['PATH_INFO'] = path.encode().decode('latin-1')
+    environ['QUERY_STRING'] = query
+    environ.pop('HTTP_ACCEPT', None)        # as _Pecan.__call__ does
+    req = app.request_cls(environ)
+    req.pecan = dict(content_type=None)
+    req.context = {}
+    state = pecan.core.RoutingState(req, app.response_cls(), app)
+    try:
+        controller, args, _kwargs = find(state)
+    except Exception as e:
+        return type(e), getattr(e, 'status_int', None)
+    local = pecan.core.state
+    assert local.request is req and local.response is state.response
+    assert local.controller is controller is state.controller
+    assert list(state.arguments.args) + list(
+        state.arguments.varargs) == args
+    # An item's controller object is made anew for each request.
+    args = [(type(a), dict(vars(a))) if hasattr(a, '__dict__') else a
+            for a in args]
+    return (controller, args, req.pecan['routing_path'],
+            req.pecan['extension'], req.pecan['content_type'])
+
+
+@pytest.mark.parametrize('path', PATHS + ['/v2/device_profiles//',
+                                          '/v2/accelerator_requests/a/b'])
+def test_find_controller_finds_what_pecan_finds(path):
+    app = api_app._pecan_app()
+    assert app._lean
+    for method in ('GET', 'POST', 'DELETE', 'PATCH', 'PUT'):
+        for query in ('', 'name=a&limit=2'):
+            lean = _found(app.find_controller, app, path, method, query)
+            walked = _found(lambda s: pecan.Pecan.find_controller(app, s),
+                            app, path, method, query)
+            assert lean == walked, (path, method, query)
+
+
+@pytest.mark.parametrize('hooked', [False, True])
+def test_an_app_with_hooks_finds_through_pecan(monkeypatch, hooked):
+    app = api_app._Pecan('cyborg.api.controllers.root.Root',
+                         hooks=[pecan.hooks.PecanHook()] if hooked else [],
+                         request_cls=api_app._Request,
+                         response_cls=api_app.base.Response,
+                         guess_content_type_from_ext=False)
+    assert app._lean is not hooked
+    walks = []
+    walk = pecan.Pecan.find_controller
+
+    def spy(self, state):
+        walks.append(state)
+        return walk(self, state)
+    monkeypatch.setattr(pecan.Pecan, 'find_controller', spy)
+    found = _found(app.find_controller, app, '/v2/device_profiles', 'GET', '')
+    assert found[0].__name__ == 'get_all'
+    assert len(walks) == (1 if hooked else 0)

@@ -124,7 +124,7 @@ class Root(RootController):
 
     @pecan.expose()
     def _route(self, args, request):
-        found = _direct(self.v2, args)
+        found = direct(self.v2, args)
         if found is not None:
             return found
         try:
@@ -149,7 +149,7 @@ def _handler(found):
         raise webob.exc.HTTPNotFound()
 
 
-def _direct(v2, args):
+def direct(v2, args):
     """(controller, remainder) pecan would route `args` to, for
     [v2/]<collection>[/] and [v2/]<collection>/<ident>[/]; None for any
     other path.
