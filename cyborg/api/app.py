@@ -143,6 +143,10 @@ class _Pecan(pecan.Pecan):
         # path, and any controller these steps would matter to, goes
         # through pecan's own.
         req = _state.request
+        # As pecan's: before anything can fail (errors read the request).
+        local = pecan.core.state
+        local.request = req
+        local.response = _state.response
         path = req.path_info
         found = None
         if self._lean and len(path) > 1:
@@ -166,9 +170,6 @@ class _Pecan(pecan.Pecan):
         pecan_state['routing_path'] = path
         pecan_state['extension'] = None
         pecan_state['content_type'] = cfg.get('content_type', 'text/html')
-        local = pecan.core.state
-        local.request = req
-        local.response = _state.response
         arguments = inspect.Arguments(args, [], {})
         _state.controller = local.controller = controller
         _state.arguments = local.arguments = arguments

@@ -145,19 +145,22 @@ def _found(find, app, path, method, query):
     thread-local state holds; or the error it raises.
     """
     environ = webob.Request.blank('/', method=method).environ
-    # As a server hands a path over: its UTF-8 bytes as latin-1 (PEP 3333).
-    environ['PATH_INFO'] = path.encode().decode('latin-1')
+    # As a server hands a path over: its bytes as latin-1 (PEP 3333).
+    environ['PATH_INFO'] = path if isinstance(path, str) else path.decode(
+        'latin-1')
     environ['QUERY_STRING'] = query
     environ.pop('HTTP_ACCEPT', None)        # as _Pecan.__call__ does
     req = app.request_cls(environ)
     req.pecan = dict(content_type=None)
     req.context = {}
     state = pecan.core.RoutingState(req, app.response_cls(), app)
+    local = pecan.core.state
     try:
         controller, args, _kwargs = find(state)
     except Exception as e:
+        # Set first: the error's answer reads it.
+        assert local.request is req and local.response is state.response
         return type(e), getattr(e, 'status_int', None)
-    local = pecan.core.state
     assert local.request is req and local.response is state.response
     assert local.controller is controller is state.controller
     assert list(state.arguments.args) + list(
@@ -169,8 +172,9 @@ def _found(find, app, path, method, query):
             req.pecan['extension'], req.pecan['content_type'])
 
 
-@pytest.mark.parametrize('path', PATHS + ['/v2/device_profiles//',
-                                          '/v2/accelerator_requests/a/b'])
+@pytest.mark.parametrize('path', [p.encode() for p in PATHS] + [
+    b'/v2/device_profiles//', b'/v2/accelerator_requests/a/b',
+    b'/v2/device_profiles/\xff', b'/v2/\xc3\x28'])
 def test_find_controller_finds_what_pecan_finds(path):
     app = api_app._pecan_app()
     assert app._lean
