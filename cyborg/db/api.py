@@ -585,16 +585,16 @@ class Session:
                 except self.dialect.loaded_dbapi.Error as e:
                     self._failed(e, None)
         except sqlite3.Error as e:
-            if self.dialect.is_disconnect(e, self._raw.driver_connection,
-                                          None):
-                # Closed underneath: an outage, as read() makes it, and
-                # invalidated here, so that the pool opens a new one in
-                # its place (its rollback on return would fail on it).
-                try:
+            try:
+                if self.dialect.is_disconnect(
+                        e, self._raw.driver_connection, None):
+                    # Closed underneath: an outage, as read() makes it;
+                    # _failed() invalidates the connection, so the pool
+                    # opens a new one in its place (its rollback on
+                    # return would fail on this one).
                     self._failed(e, None)
-                finally:
-                    self._raw.close()
-            self._raw.close()
+            finally:
+                self._raw.close()
             # "database is locked" once the busy timeout is spent: the
             # DBError oslo.db would make of it, which callers retry on.
             raise db_exc.DBError(e) from e
