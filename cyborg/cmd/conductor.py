@@ -22,6 +22,10 @@ def main(argv=None):
     except db_api.NotConfigured as e:
         print('cyborg-conductor: %s' % e, file=sys.stderr)
         return 1
+    # As oslo.db's services do: wait for the database at the start
+    # ([database] max_retries, retry_interval); later outages are
+    # the heartbeat's and the binder's to ride out.
+    db_api.wait_until_reachable()
     conductor = conductor_service.ConductorService()
 
     def stop():

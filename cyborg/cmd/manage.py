@@ -129,6 +129,9 @@ def main(argv=None):
         print('cyborg-manage: %s' % e, file=sys.stderr)
         return 1
     try:
+        # [database] max_retries and retry_interval: a command run as the
+        # database starts (a deployment's db sync) waits for it.
+        db_api.wait_until_reachable()
         CONF.command.func()
     finally:
         db_api.dispose()

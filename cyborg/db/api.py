@@ -22,19 +22,23 @@ import contextlib
 import contextvars
 import fcntl
 import functools
+import itertools
 import os
 import sqlite3
 import threading
+import time
 
 from oslo_db import exception as db_exc
 from oslo_db.sqlalchemy import enginefacade
 from oslo_db.sqlalchemy import exc_filters
+from oslo_log import log
 import sqlalchemy as sa
 
 from cyborg.common import exception
 from cyborg.conf import CONF
 from cyborg.db import pooling
 
+LOG = log.getLogger(__name__)
 _LOCK = threading.Lock()
 # [connection URL, engine, engine of lone reads (_lone_engine)], each
 # engine None until first used.
@@ -205,11 +209,7 @@ def _autocommit_engine(url):
     take() and give_back(), guard()'s checks included, which reset
     nothing (a reset would be a ROLLBACK, another round trip).
     """
-    # Made on the first lone read, which may come while the server is
-    # down: oslo.db must not test the engine by connecting (it would retry
-    # [database] max_retries times, 10 s apart, holding the request and
-    # _LOCK); its first read connects, and fails as an outage if it must.
-    engine = _oslo_engine(url, max_retries=0)
+    engine = _oslo_engine(url)
 
     @sa.event.listens_for(engine, 'do_connect')
     def autocommit(dialect, record, cargs, cparams):
@@ -220,13 +220,22 @@ def _autocommit_engine(url):
     return engine
 
 
-def _oslo_engine(url, **options):
+def _oslo_engine(url):
     """A MariaDB or PostgreSQL engine of oslo.db's, with [database]'s
-    settings and these enginefacade `options`.
+    settings.
+
+    Made on its first use, which may be an API request during an outage:
+    oslo.db must not test the engine by connecting ([database]
+    max_retries attempts, retry_interval apart: 10 × 10 s by default,
+    holding the request past any WSGI server's timeout, and _LOCK). Its
+    first statement connects, and fails as an outage if it must (the
+    API's 503). Services and commands that should wait for the database
+    at their start call wait_until_reachable(), which honours those two
+    options.
     """
     facade = enginefacade.transaction_context()
     facade.configure(
-        **options,
+        max_retries=0,
         connection=url,
         sqlite_fk=True,
         max_pool_size=CONF.database.max_pool_size,
@@ -907,6 +916,29 @@ def _raise_driver_error(engine, error, cursor=None, connection=None):
 
 def get_engine():
     return _engine()
+
+
+def wait_until_reachable():
+    """At a service's or a command's start: connect to the database once,
+    trying [database] max_retries times (-1: until it answers; 0: not at
+    all), [database] retry_interval seconds apart, as oslo.db's engines
+    do when they are made. DBConnectionError once the tries are spent.
+    """
+    tries = CONF.database.max_retries
+    attempts = itertools.count(1) if tries == -1 else range(1, tries + 1)
+    for attempt in attempts:
+        try:
+            _engine().connect().close()
+            return
+        except db_exc.DBConnectionError as e:
+            if attempt == tries:
+                raise
+            left = 'until it answers' if tries == -1 else (
+                '%d attempt(s) left' % (tries - attempt))
+            LOG.warning('The database is not reachable (%s); trying again '
+                        'in %s s, %s.', e, CONF.database.retry_interval,
+                        left)
+            time.sleep(CONF.database.retry_interval)
 
 
 def _dispose(state):
