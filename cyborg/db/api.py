@@ -9,13 +9,14 @@ transaction is a Core connection (every query here is a Core statement, so
 an ORM session would only add its own set-up and tear-down per call).
 
 MariaDB and PostgreSQL engines come from oslo.db's enginefacade, with every
-[database] option; on MariaDB read() has a second one, whose connections
-are in autocommit (_autocommit_engine). A SQLite file gets a pooled engine
-of its own: oslo.db gives SQLite files a NullPool, i.e. a new connection
-per transaction, and opening one (the file, the schema, the pragmas below)
-cost about 0.5 ms, more than the rest of a lookup's database work. What a
-checkout and a checkin cost and guarantee (fork, dead connections):
-cyborg.db.pooling.
+[database] option (max_retries and retry_interval are for the services'
+and commands' start: wait_until_reachable()); on MariaDB read() has a
+second one, whose connections are in autocommit (_autocommit_engine). A
+SQLite file gets a pooled engine of its own: oslo.db gives SQLite files a
+NullPool, i.e. a new connection per transaction, and opening one (the
+file, the schema, the pragmas below) cost about 0.5 ms, more than the rest
+of a lookup's database work. What a checkout and a checkin cost and
+guarantee (fork, dead connections): cyborg.db.pooling.
 """
 
 import contextlib
