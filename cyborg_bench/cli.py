@@ -12,6 +12,7 @@ import sys
 from cyborg_bench import agent_scale
 from cyborg_bench import api
 from cyborg_bench import bind
+from cyborg_bench import layers
 from cyborg_bench import load
 from cyborg_bench import nvidia
 from cyborg_bench import per_db
@@ -25,6 +26,7 @@ BENCHMARKS = {
     'api': (api, 'the API under gunicorn, per database'),
     'bind': (bind, "Nova's PATCH and PATCH → accelerator-request-bound"),
     'agent-scale': (agent_scale, 'N agents × D devices, one conductor'),
+    'layers': (layers, 'time per layer inside a uWSGI worker'),
     'nvidia': (nvidia, 'the NVIDIA driver on the fake NVML'),
     'per-db': (per_db, 'side-by-side workloads, gunicorn, each DB'),
     'prepare-rpc': (prepare_rpc, 'N agent prepare calls vs one batch'),

@@ -296,7 +296,11 @@ def wait_conductor(url, conductor, timeout=60):
                        + conductor.log_tail(60))
 
 
-def start_ours(workdir, workers):
+def start_ours(workdir, workers, module='cyborg.wsgi.api:application',
+               env=None):
+    """Our API (`module`) under uWSGI on a new SQLite file: (Proc, url,
+    database URL).
+    """
     d = os.path.join(workdir, 'ours')
     os.makedirs(d)
     db_url = 'sqlite:///%s' % os.path.join(d, 'cyborg.sqlite')
@@ -307,9 +311,8 @@ def start_ours(workdir, workers):
     subprocess.run([os.path.join(OUR_VENV, 'bin', 'cyborg-manage'),
                     '--config-file', conf, 'db', 'sync'],
                    check=True, capture_output=True)
-    api, url = uwsgi('ours-uwsgi', d, OUR_VENV,
-                     'cyborg.wsgi.api:application', workers,
-                     env={'CYBORG_CONFIG_FILE': conf})
+    api, url = uwsgi('ours-uwsgi', d, OUR_VENV, module, workers,
+                     env=dict(env or {}, CYBORG_CONFIG_FILE=conf))
     return api, url, db_url
 
 
