@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from cyborg.conf import CONF
 from cyborg.db import api
 from cyborg.db import pooling
+from tests.db import outage
 from tests.db import seed
 from tests import dbs
 
@@ -182,21 +183,10 @@ def test_a_first_lone_read_while_the_server_is_down_is_an_outage(
     no connection test retried seconds apart (a request held past the
     WSGI server's timeout), and the next read, the server back, works.
     """
-    from oslo_db.sqlalchemy import engines
-
     api.configure(api._STATE[0])        # both engines made anew
     api._engine()
     assert api._STATE[2] is None
-
-    def refused(self, sock=None):
-        raise pymysql.err.OperationalError(
-            2003, "Can't connect to MySQL server (Connection refused)")
-
-    def no_wait(seconds):
-        raise AssertionError('a connection test retried')
-    monkeypatch.setattr(engines.time, 'sleep', no_wait)
-    with monkeypatch.context() as down:
-        down.setattr(pymysql.connections.Connection, 'connect', refused)
+    with outage.mariadb_down(monkeypatch):
         with pytest.raises(db_exc.DBConnectionError):
             _lone_session()
     assert _lone_session() is not None

@@ -7,14 +7,13 @@ retry_interval as oslo.db's test did.
 """
 
 from oslo_db import exception as db_exc
-from oslo_db.sqlalchemy import engines
-import pymysql.connections
 import pytest
 import sqlalchemy as sa
 
 from cyborg.conf import CONF
 from cyborg.db import api
 from cyborg.db import device_profiles
+from tests.db import outage
 
 WHO = api.Prepared(sa.select(sa.func.connection_id()))
 
@@ -24,16 +23,7 @@ def test_a_first_transaction_while_mariadb_is_down_is_an_outage(
     if database.backend != 'mysql':
         pytest.skip('MariaDB only')
     api.configure(api._STATE[0])        # the engines made anew
-
-    def refused(self, sock=None):
-        raise pymysql.err.OperationalError(
-            2003, "Can't connect to MySQL server (Connection refused)")
-
-    def no_wait(seconds):
-        raise AssertionError('a connection test retried')
-    monkeypatch.setattr(engines.time, 'sleep', no_wait)
-    with monkeypatch.context() as down:
-        down.setattr(pymysql.connections.Connection, 'connect', refused)
+    with outage.mariadb_down(monkeypatch):
         with pytest.raises(db_exc.DBConnectionError):
             with api.writer() as session:
                 session.execute(WHO)
