@@ -303,10 +303,10 @@ def write_vf(devices_dir, vf, manager):
         os.makedirs(folder, exist_ok=True)
         lines = [CREATABLE_HEADER] + [
             '%d : %s' % (t, manager.types[t].name) for t in sorted(creatable)]
-        files.write(os.path.join(folder, 'creatable_vgpu_types'),
-                    '\n'.join(lines))
+        files.show(os.path.join(folder, 'creatable_vgpu_types'),
+                   '\n'.join(lines))
         current = os.path.join(folder, 'current_vgpu_type')
-        files.write(current, manager.current.get(vf, 0))
+        files.show(current, manager.current.get(vf, 0))
         return
     for t in manager.types.values():
         folder = os.path.join(path, 'mdev_supported_types', 'nvidia-%d' % t.id)
@@ -319,8 +319,8 @@ def write_vf(devices_dir, vf, manager):
                         % (t.framebuffer_mib, t.max_instances))
             files.write(os.path.join(folder, 'device_api'), 'vfio-pci')
             files.write(os.path.join(folder, 'create'), '')
-        files.write(os.path.join(folder, 'available_instances'),
-                    int(t.id in creatable))
+        files.show(os.path.join(folder, 'available_instances'),
+                   int(t.id in creatable))
 
 
 def settle_vfio(devices_dir, manager):
@@ -422,8 +422,8 @@ def apply_mdev_writes(devices_dir, vf, allowed=None):
                    os.path.join(mdev, 'mdev_type'))
         # A configured VF offers nothing more (see VgpuManager.creatable).
         for other in os.listdir(types_dir):
-            files.write(os.path.join(types_dir, other,
-                                     'available_instances'), 0)
+            files.show(os.path.join(types_dir, other,
+                                    'available_instances'), 0)
     return refused
 
 

@@ -11,7 +11,29 @@ import os
 def write(path, value):
     """Write one attribute value ('' leaves the file empty)."""
     with open(path, 'w') as f:
-        f.write('%s\n' % value if value != '' else '')
+        f.write(_text(value))
+
+
+def show(path, value):
+    """An attribute the fake kernel shows again (after each settle): the
+    file is rewritten only when its value changed. A reader of a real
+    sysfs attribute gets the kernel's whole value on every read; a
+    rewrite of a plain file is a truncation, then a write, and a reader
+    in between (the agent's report pass, a test) would read ''.
+    """
+    text = _text(value)
+    try:
+        with open(path) as f:
+            if f.read() == text:
+                return
+    except OSError:
+        pass
+    with open(path, 'w') as f:
+        f.write(text)
+
+
+def _text(value):
+    return '%s\n' % value if value != '' else ''
 
 
 def read(path):

@@ -6,6 +6,7 @@ and GPUs Nova's own vGPU or PCI configuration keeps."""
 
 import json
 import os
+import time
 
 import pytest
 
@@ -20,6 +21,7 @@ from cyborg.objects import device as records
 from cyborg_emulators.nvidia import fake_mdev
 from cyborg_emulators.nvidia import fake_sysfs
 from cyborg_emulators.nvidia import fake_vgpu
+from cyborg_emulators.nvidia import sysfs_files
 from tests.drivers.nvidia import conftest
 
 from nova_cyborg_client import exception as nova_exception
@@ -550,3 +552,19 @@ def test_nova_pci_device_spec_on_a_vf_keeps_the_gpu_out(make_host):
                       [json.dumps({'address': VF1})], group='pci_driver')
     host = make_host(vgpu_spec())
     assert new_driver(host).discover() == []
+
+
+def test_an_attribute_shown_again_is_not_rewritten(tmp_path):
+    # A reader of a real sysfs attribute never sees it empty: the fake
+    # rewrites a VF's vGPU files only when their value changes, so an
+    # agent's report pass reading them while the tree settles again
+    # (another thread) does not read '' in the middle of a rewrite.
+    path = str(tmp_path / 'current_vgpu_type')
+    sysfs_files.write(path, 1414)
+    before = os.stat(path).st_mtime_ns
+    time.sleep(0.01)
+    sysfs_files.show(path, 1414)
+    assert os.stat(path).st_mtime_ns == before
+    assert sysfs_files.read(path) == '1414'
+    sysfs_files.show(path, 0)
+    assert sysfs_files.read(path) == '0'
