@@ -973,6 +973,21 @@ def in_params(name, values):
     return {'%s_%d' % (name, i): v for i, v in enumerate(values)}
 
 
+# The most values one in_() list holds where a caller may have thousands
+# (in_chunks()): each length is a statement of its own, compiled once.
+IN_MAX = 500
+
+
+def in_chunks(name, values):
+    """(count, in_params(name, chunk)) for each chunk of at most IN_MAX of
+    `values` (a list), in order: the IN lists of a statement run once per
+    chunk, in one transaction.
+    """
+    for start in range(0, len(values), IN_MAX):
+        chunk = values[start:start + IN_MAX]
+        yield len(chunk), in_params(name, chunk)
+
+
 def page(query, table, after_marker, limited):
     """`query` ordered by id, after the item whose id is the bound
     `marker_id` and up to the bound `limit` when asked (see bounds()).

@@ -427,22 +427,16 @@ def _pending(count):
     return api.Prepared(query.order_by(ARQ.c.id))
 
 
-# The most ARQs one events_delivered() UPDATE lists (more go in several,
-# in the same transaction): a delivery after an outage of Nova may hold
-# thousands, and each length is a statement of its own, compiled once.
-_DELIVERED_MAX = 500
-
-
 @retry
 def events_delivered(uuids):
+    # A delivery after an outage of Nova may hold thousands: several
+    # UPDATEs (api.in_chunks), in one transaction.
     uuids = list(uuids)
     if not uuids:
         return
     with api.writer() as session:
-        for start in range(0, len(uuids), _DELIVERED_MAX):
-            chunk = uuids[start:start + _DELIVERED_MAX]
-            session.execute(_delivering(len(chunk)),
-                            api.in_params('uuid', chunk))
+        for count, params in api.in_chunks('uuid', uuids):
+            session.execute(_delivering(count), params)
 
 
 @functools.lru_cache(maxsize=64)

@@ -5,7 +5,7 @@ Every conductor writes a heartbeat row every few seconds. A bind is held
 by the conductor that claimed it (the ARQ's `bind_owner`); once that
 conductor's heartbeat is older than the timeout (it died, or stopped and
 removed its row), a live one takes the bind over with a conditional
-UPDATE (one per former holder, per _TAKE_OVER_MAX of its ARQs) in the
+UPDATE (one per former holder, per api.IN_MAX of its ARQs) in the
 transaction that found them: only rows still held by that conductor
 move, so two conductors taking over at once never both get the same
 ARQ.
@@ -53,9 +53,6 @@ _ORPHANED = api.Prepared(sa.select(ARQ.c.uuid, ARQ.c.bind_owner).where(
 _HELD_BY = api.Prepared(sa.select(ARQ.c.uuid).where(
     ARQ.c.state == 'BindStarted',
     ARQ.c.bind_owner == sa.bindparam('conductor')).order_by(ARQ.c.id))
-# The most ARQs one take-over UPDATE lists (more go in several, in the
-# same transaction): each length is a statement of its own, compiled once.
-_TAKE_OVER_MAX = 500
 
 
 @functools.lru_cache(maxsize=64)
@@ -116,11 +113,9 @@ def take_over(conductor, timeout):
             by_holder.setdefault(holder, []).append(uuid)
         for holder, uuids in by_holder.items():
             moved = 0
-            for start in range(0, len(uuids), _TAKE_OVER_MAX):
-                chunk = uuids[start:start + _TAKE_OVER_MAX]
-                moved += session.execute(_taking_over(len(chunk)), dict(
-                    api.in_params('uuid', chunk), holder=holder,
-                    conductor=conductor)).rowcount
+            for count, params in api.in_chunks('uuid', uuids):
+                moved += session.execute(_taking_over(count), dict(
+                    params, holder=holder, conductor=conductor)).rowcount
             if moved == len(uuids):
                 taken[holder] = uuids
             elif moved:

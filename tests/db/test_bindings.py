@@ -8,6 +8,7 @@ import json
 from oslo_utils import uuidutils
 import pytest
 
+from cyborg.db import api
 from cyborg.db import arqs
 from cyborg.db import bindings
 from tests.db.prepared import prepared_only
@@ -181,7 +182,7 @@ def test_pending_events_until_delivered(database, monkeypatch):
     bindings.finish_many({bound['uuid']: None, failed['uuid']: 'no'})
     instance = {a['uuid']: a['instance_uuid'] for a in seed.select(seed.ARQ)}
     # More than one UPDATE's worth: delivered in several.
-    monkeypatch.setattr(bindings, '_DELIVERED_MAX', 1)
+    monkeypatch.setattr(api, 'IN_MAX', 1)
     with prepared_only():
         events = bindings.pending_events()
         some = bindings.pending_events([failed['uuid'], quiet['uuid']])

@@ -134,11 +134,11 @@ def test_a_take_over_with_nothing_to_take_does_not_wait_for_a_writer(
 
 def test_binds_of_silent_conductors_are_taken_over_once(
         database, transactions, monkeypatch):
-    """Of each silent holder, in UPDATEs of at most _TAKE_OVER_MAX ARQs;
+    """Of each silent holder, in UPDATEs of at most api.IN_MAX ARQs;
     the next look (this conductor's, or a peer's) finds nothing left and
     opens no writer.
     """
-    monkeypatch.setattr(conductors, '_TAKE_OVER_MAX', 2)
+    monkeypatch.setattr(api, 'IN_MAX', 2)
     for name in ('me:1:a', 'peer:2:b', 'gone:3:c'):
         conductors.heartbeat(name)
     five, one = _held('gone:3:c', 5), _held('stopped:4:d')
@@ -182,7 +182,7 @@ def test_binds_a_peer_took_first_are_the_peers(database, monkeypatch):
     """A peer's take-over moved one of the ARQs between this one's read
     and its UPDATE: this one gets the others, in every UPDATE of its own.
     """
-    monkeypatch.setattr(conductors, '_TAKE_OVER_MAX', 2)
+    monkeypatch.setattr(api, 'IN_MAX', 2)
     conductors.heartbeat('me:1:a')
     conductors.heartbeat('gone:2:b')
     first, stolen, last = _held('gone:2:b', 3)
