@@ -67,13 +67,21 @@ def _owner(module, path):
     return owner, name
 
 
+def _attribute(owner, name):
+    """`owner`'s own attribute `name`, as set (a class's staticmethod or
+    classmethod object itself, not what reading it through the class
+    gives).
+    """
+    return owner.__dict__[name] if isinstance(owner, type) else \
+        getattr(owner, name)
+
+
 def install():
     """Wrap the functions of MARKS; returns a function undoing it."""
     undo = []
     for module, path, label in MARKS:
         owner, name = _owner(module, path)
-        original = owner.__dict__[name] if isinstance(owner, type) else \
-            getattr(owner, name)
+        original = _attribute(owner, name)
         kind = type(original) if isinstance(
             original, (staticmethod, classmethod)) else None
         func = original.__func__ if kind else original

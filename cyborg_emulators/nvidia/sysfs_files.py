@@ -17,19 +17,19 @@ def write(path, value):
 def show(path, value):
     """An attribute the fake kernel shows again (after each settle): the
     file is rewritten only when its value changed. A reader of a real
-    sysfs attribute gets the kernel's whole value on every read; a
+    sysfs attribute gets the kernel's whole value on every read (Linux,
+    Documentation/filesystems/sysfs.rst: a read(2) calls the attribute's
+    show(), which fills the buffer with the entire value); a
     rewrite of a plain file is a truncation, then a write, and a reader
     in between (the agent's report pass, a test) would read ''.
     """
-    text = _text(value)
     try:
         with open(path) as f:
-            if f.read() == text:
+            if f.read() == _text(value):
                 return
     except OSError:
         pass
-    with open(path, 'w') as f:
-        f.write(text)
+    write(path, value)
 
 
 def _text(value):

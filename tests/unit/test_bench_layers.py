@@ -20,14 +20,11 @@ from cyborg_bench import layers
 @pytest.fixture
 def marked():
     originals = [layers._owner(m, p) for m, p, _ in layers.MARKS]
-    before = [o.__dict__[n] if isinstance(o, type) else getattr(o, n)
-              for o, n in originals]
+    before = [layers._attribute(o, n) for o, n in originals]
     undo = layers.install()
     yield
     undo()
-    after = [o.__dict__[n] if isinstance(o, type) else getattr(o, n)
-             for o, n in originals]
-    assert after == before
+    assert [layers._attribute(o, n) for o, n in originals] == before
 
 
 def _call(app, method, path, body=None):
