@@ -171,9 +171,10 @@ def _create_engine(url):
 
 
 def _lone_engine():
-    """The engine read() takes its connection from: on MariaDB (PyMySQL)
-    one of its own (_autocommit_engine), created on the first lone read
-    and disposed of with the main one; elsewhere the main engine.
+    """The engine read() and writer(lone=True) take their connection
+    from: on MariaDB (PyMySQL) one of its own (_autocommit_engine),
+    created on first use and disposed of with the main one; elsewhere the
+    main engine.
     """
     state = _STATE
     if state is not None and state[2] is not None:
@@ -188,13 +189,14 @@ def _lone_engine():
 
 
 def _autocommit_engine(url):
-    """An engine for MariaDB's lone reads, whose connections are always in
-    autocommit: one statement there is a consistent read of its own, at
-    any isolation level, and needs no transaction. In a transaction, the
-    implicit one InnoDB begins at the SELECT, it needs a COMMIT, one more
-    round trip; and switching a shared connection in and out of
-    autocommit is a round trip each way (SET AUTOCOMMIT), so such
-    connections stay apart, in a pool of their own.
+    """An engine for MariaDB's lone reads and lone writers, whose
+    connections are always in autocommit: one statement there is a
+    consistent read of its own, at any isolation level, and needs no
+    transaction; a lone writer's statement commits on its own. In a
+    transaction, the implicit one InnoDB begins at the statement, it
+    needs a COMMIT, one more round trip; and switching a shared connection
+    in and out of autocommit is a round trip each way (SET AUTOCOMMIT),
+    so such connections stay apart, in a pool of their own.
 
     oslo.db builds it as the main engine: the same URL, settings, session
     variables, error translation and pool sizes ([database]
@@ -571,12 +573,17 @@ class Session:
     yield.
     """
 
-    def __init__(self, engine, writing):
+    def __init__(self, engine, writing, lone=False):
         self.engine = engine
         self.dialect = engine.dialect
         self._sa = None
         self._done = False
         self._autocommit = False
+        # A lone writer (writer(lone=True)) runs one statement, which on
+        # MariaDB and PostgreSQL commits on its own (_autocommitting).
+        self._lone = lone
+        self._statements = 0
+        self._autocommitting = lone and self.dialect.name != 'sqlite'
         try:
             self._raw = engine.raw_connection()
         except self.dialect.loaded_dbapi.Error as e:
@@ -588,7 +595,9 @@ class Session:
                 self._raw.info['in_transaction'] = True
             elif self.dialect.driver == 'psycopg2':
                 try:
-                    if writing:
+                    if self._autocommitting:
+                        self._autocommit = _autocommit_lone(self._raw)
+                    elif writing:
                         _no_autocommit(self._raw)
                     else:
                         self._autocommit = _autocommit_reads(self._raw)
@@ -630,6 +639,11 @@ class Session:
         return self.dialect.delete_returning
 
     def execute(self, statement, params=None):
+        if self._lone:
+            return self._lone_statement(self._execute, statement, params)
+        return self._execute(statement, params)
+
+    def _execute(self, statement, params):
         if self._sa is None and isinstance(statement, Prepared):
             return self._run(statement, params)
         if isinstance(statement, Prepared):
@@ -640,18 +654,43 @@ class Session:
             self._sa = sa.engine.Connection(self.engine, self._raw)
         return self._sa.execute(statement, params)
 
+    def _lone_statement(self, run, statement, params):
+        """A lone writer's statement: its only one, which commits on its
+        own where it runs in autocommit.
+        """
+        self._statements += 1
+        if self._statements > 1:
+            raise RuntimeError('a lone writer runs one statement: each '
+                               'commits on its own')
+        try:
+            return run(statement, params)
+        except CommitOutcomeUnknown:
+            raise
+        except db_exc.DBConnectionError as lost:
+            if not self._autocommitting:
+                raise
+            # Lost while the statement was on its way: it may have been
+            # applied, as a lost COMMIT may.
+            raise CommitOutcomeUnknown(lost.inner_exception) from lost
+
     def execute_stored(self, statement, params=None):
         """(rows, process): the rows of a query as tuples of the values
         the driver gives (hashable, and the same for the same stored
         values), and process(row) the row execute() gives for one.
         """
+        if self._lone:
+            return self._lone_statement(self._execute_stored, statement,
+                                        params)
+        return self._execute_stored(statement, params)
+
+    def _execute_stored(self, statement, params):
         if self._sa is None and isinstance(statement, Prepared):
             result = self._run(statement, params, stored=True)
             if isinstance(result, Result):
                 return result._rows, result.process
             rows = result.all()
         else:
-            rows = self.execute(statement, params).all()
+            rows = self._execute(statement, params).all()
         return [tuple(r) for r in rows], tuple
 
     def _run(self, prepared, params, stored=False):
@@ -694,7 +733,11 @@ class Session:
             return
         ended = False
         try:
-            if self._raw.is_valid:
+            if self._autocommitting:
+                # Its statement committed on its own (autocommit); there
+                # is no transaction to end.
+                ended = self._raw.is_valid
+            elif self._raw.is_valid:
                 if commit:
                     self._raw.driver_connection.commit()
                 else:
@@ -749,6 +792,21 @@ def _autocommit_reads(raw):
     return True
 
 
+def _autocommit_lone(raw):
+    """Put a lone writer's psycopg2 connection in autocommit and return
+    True (when no transaction is open on it, as after any session): its
+    one statement commits on its own, without the BEGIN psycopg2 sends
+    before the first statement of a transaction and the COMMIT, two
+    round trips. One statement is atomic at every isolation level.
+    """
+    conn = raw.driver_connection
+    if conn.get_transaction_status() != _PG_IDLE:
+        raise RuntimeError('a lone writer needs a connection outside any '
+                           'transaction')
+    conn.autocommit = True
+    return True
+
+
 def _no_autocommit(raw):
     """A writer's psycopg2 connection in transactions, whatever a session
     before it left (readers put it back; this is the guarantee).
@@ -767,15 +825,15 @@ _PG_IDLE = 0
 
 
 @contextlib.contextmanager
-def _transaction(writing):
-    engine = _engine()
+def _transaction(writing, lone=False):
+    engine = _lone_engine() if lone else _engine()
     lock = getattr(engine, 'cyborg_write_lock', None)
     if not writing or lock is None:
         lock = contextlib.nullcontext()
     token = _WRITING.set(writing)
     try:
         with lock:
-            session = Session(engine, writing)
+            session = Session(engine, writing, lone)
             try:
                 yield session
             except BaseException:
@@ -829,8 +887,22 @@ def reader():
     return _Reader()
 
 
-def writer():
-    return _transaction(True)
+def writer(lone=False):
+    """A write transaction's Session, committed when the block ends
+    without an exception, rolled back otherwise.
+
+    lone=True: the caller runs one statement in it (a second raises
+    RuntimeError). On MariaDB and PostgreSQL that statement then runs in
+    autocommit, where it commits on its own: one round trip, where a
+    transaction's statement and COMMIT were two on MariaDB (on the
+    connections lone reads use, _autocommit_engine) and three on
+    PostgreSQL (BEGIN, the statement, COMMIT). It is as atomic and as
+    durable as in a transaction; only a connection lost while it is on
+    its way leaves its outcome unknown (CommitOutcomeUnknown), as a lost
+    COMMIT does. On SQLite it is a write transaction as any other: there
+    the BEGIN IMMEDIATE is what makes writers queue for the lock.
+    """
+    return _transaction(True, lone)
 
 
 def read(statement, params=None):
@@ -913,6 +985,14 @@ def _raise_driver_error(engine, error, cursor=None, connection=None):
             connection.invalidate(error)
     sa.engine.Connection._handle_dbapi_exception_noconnection(
         error, engine.dialect, engine, is_disconnect=disconnect)
+
+
+def insert_returning():
+    """Whether an INSERT ... RETURNING runs on this database
+    (Session.insert_returning), as known to the engine: False until it
+    has first connected to MariaDB, whose version decides it.
+    """
+    return _engine().dialect.insert_returning
 
 
 def get_engine():

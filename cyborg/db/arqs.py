@@ -124,16 +124,19 @@ def create_from_profile(name, plan, project_id):
     the counts per group (and may raise, leaving nothing written).
     """
     try:
-        with api.writer() as session:
-            dp = _PROFILES.get(name)
-            if dp is not None:
-                counts = plan(dp)
-                if sum(counts) <= _CHECKED_MAX:
+        dp = _PROFILES.get(name)
+        if dp is not None:
+            counts = plan(dp)
+            if sum(counts) <= _CHECKED_MAX:
+                # One statement where the INSERT gives its rows back,
+                # committed on its own (a lone writer).
+                with api.writer(lone=api.insert_returning()) as session:
                     made = _insert_checked(session, dp, counts, project_id)
-                    if made is not None:
-                        return made
-                    # Deleted, or deleted and made again under its name.
-                    _PROFILES.pop(name, None)
+                if made is not None:
+                    return made
+                # Deleted, or deleted and made again under its name.
+                _PROFILES.pop(name, None)
+        with api.writer() as session:
             dp = dp_db.find_groups_by_name(session, name)
             _remember(dp)
             return _insert(session, dp['id'], plan(dp), project_id,

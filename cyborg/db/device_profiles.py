@@ -41,10 +41,13 @@ def _decode(row, profile=None):
 
 
 _INSERT = api.Prepared(DP.insert())
-# Where the database can, the INSERT gives the new row back itself: one
-# statement instead of an INSERT and a read. What it gives is what is
-# stored (MariaDB's DATETIME keeps whole seconds), as a read would.
-_INSERT_RETURNING = api.Prepared(DP.insert().returning(*_COLUMNS))
+# Where the database can, the INSERT gives back what the database made of
+# the new row itself: one statement instead of an INSERT and a read. The
+# id, and created_at as stored (MariaDB's DATETIME keeps whole seconds);
+# the rest is what was inserted. Fewer columns back is less to parse
+# (PyMySQL decodes every column's description in Python).
+_MADE = (DP.c.id, DP.c.created_at)
+_INSERT_RETURNING = api.Prepared(DP.insert().returning(*_MADE))
 # Statements built once, and compiled once per database.
 _BY = {'uuid': api.Prepared(
            sa.select(*_COLUMNS).where(DP.c.uuid == sa.bindparam('v'))),
@@ -56,9 +59,14 @@ def create(uuid, name, groups, description=None):
     values = {'uuid': uuid, 'name': name, 'description': description,
               'profile_json': json.dumps({'groups': groups})}
     try:
-        with api.writer() as session:
+        # One statement where the INSERT gives its row back, committed on
+        # its own (a lone writer).
+        with api.writer(lone=api.insert_returning()) as session:
             if session.insert_returning:
-                row = session.execute(_INSERT_RETURNING, values).one()
+                id_, created_at = session.execute(
+                    _INSERT_RETURNING, values).one()
+                row = (id_, uuid, name, description, values['profile_json'],
+                       created_at, None)
             else:
                 session.execute(_INSERT, values)
                 row = session.execute(_BY['uuid'], {'v': uuid}).one()
@@ -223,13 +231,14 @@ def _delete(column, values, key):
 def _delete_one(key, value):
     """_delete() of one profile: one DELETE when no ARQ uses it."""
     try:
-        with api.writer() as session:
+        with api.writer(lone=True) as session:
             if session.execute(_DELETE_UNUSED[key], {'v': value}).rowcount:
                 return
-            found = session.execute(_USE_OF[key], {'v': value}).first()
     except db_exc.DBReferenceError:
         # An ARQ not yet committed when the DELETE ran uses the profile.
-        found = api.read(_USE_OF[key], {'v': value}).first()
+        pass
+    # Nothing deleted: why is what a read now finds.
+    found = api.read(_USE_OF[key], {'v': value}).first()
     if found is None:
         raise exception.not_found('Device Profile', **{key: value})
     name, count = found

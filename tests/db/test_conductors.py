@@ -52,9 +52,9 @@ def transactions(monkeypatch):
     opened = []
     init = api.Session.__init__
 
-    def counting(self, engine, writing):
+    def counting(self, engine, writing, lone=False):
         opened.append(writing)
-        init(self, engine, writing)
+        init(self, engine, writing, lone)
     monkeypatch.setattr(api.Session, '__init__', counting)
     return opened
 

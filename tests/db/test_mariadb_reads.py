@@ -7,9 +7,8 @@ guarantees (a connection the server ended is replaced, or is an outage
 once; [database]'s pool settings; dispose()); elsewhere read() uses the
 main engine as before. (A forked child: tests/db/test_pool.py.)
 
-What reaches the server is counted at PyMySQL's one door for commands,
-Connection._execute_command: a query, a COMMIT, a ROLLBACK, a ping and a
-SET AUTOCOMMIT all go through it.
+What reaches the server is counted at PyMySQL's one door for commands
+(the `sent` fixture, tests/db/conftest.py).
 """
 
 from oslo_db import exception as db_exc
@@ -29,29 +28,6 @@ BY_UUID = api.Prepared(sa.select(DP.c.description).where(
     DP.c.uuid == sa.bindparam('u')))
 WHO = api.Prepared(sa.select(sa.func.connection_id()))
 AUTOCOMMIT = sa.select(sa.text('@@autocommit'))
-
-
-@pytest.fixture
-def mariadb(database):
-    if database.backend != 'mysql':
-        pytest.skip('MariaDB only')
-    return database
-
-
-@pytest.fixture
-def sent(monkeypatch):
-    """The commands PyMySQL sends from now on: (command, SQL) each."""
-    commands = []
-    real = pymysql.connections.Connection._execute_command
-
-    def counted(self, command, sql):
-        if isinstance(sql, bytes):
-            sql = sql.decode()
-        commands.append((command, sql))
-        return real(self, command, sql)
-    monkeypatch.setattr(pymysql.connections.Connection, '_execute_command',
-                        counted)
-    return commands
 
 
 def _lone_session():

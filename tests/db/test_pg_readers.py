@@ -26,13 +26,6 @@ PAUSE = sa.select(sa.func.pg_sleep(0.01))
 WHO = sa.select(sa.func.pg_backend_pid())
 
 
-@pytest.fixture
-def postgresql(database):
-    if database.backend != 'postgresql':
-        pytest.skip('PostgreSQL only')
-    return database
-
-
 def _alone(session, prepared):
     """[whether each of two statements, 10 ms apart, ran on its own]."""
     statement = api.Prepared(ALONE) if prepared else ALONE

@@ -15,6 +15,7 @@ import sys
 import threading
 
 from oslo_db import exception as db_exc
+from oslo_utils import uuidutils
 import pytest
 import sqlalchemy as sa
 import webob
@@ -98,7 +99,13 @@ def test_an_idle_connection_the_server_ended_is_replaced_unseen(
     first = _session_id()
     dbs.end_session(database, first)
     pings = _pings(monkeypatch)
-    uuid = seed.profile()['uuid']
+    # A write transaction of more than one statement (a lone one is on
+    # MariaDB's other pool).
+    uuid = uuidutils.generate_uuid()
+    with api.writer() as session:
+        session.execute(seed.DP.insert().values(
+            uuid=uuid, name='killed-%s' % uuid[:8], profile_json='{}'))
+        session.execute(sa.select(seed.DP.c.id))
     assert len(pings) == 1
     with api.reader() as session:
         found = session.execute(sa.select(seed.DP.c.uuid).where(

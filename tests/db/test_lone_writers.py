@@ -1,0 +1,178 @@
+# SPDX-License-Identifier: Apache-2.0
+"""cyborg.db.api.writer(lone=True): a write of one statement. On MariaDB
+and PostgreSQL it runs in autocommit, where it commits on its own: one
+round trip, no BEGIN or COMMIT. Profile creates and deletes and the ARQ
+create of a known profile are lone writers; what they write is committed
+and what they give back is what a read gives. A second statement is a
+programming error on every backend, and a connection lost while the
+statement is on its way leaves its outcome unknown, as a lost COMMIT does.
+"""
+
+import threading
+import time
+
+from oslo_db import exception as db_exc
+from oslo_utils import uuidutils
+import pytest
+import sqlalchemy as sa
+
+from cyborg.common import exception
+from cyborg.db import api
+from cyborg.db import arqs
+from cyborg.db import device_profiles
+from tests.db import seed
+from tests import dbs
+
+DP = seed.DP
+COUNT = api.Prepared(sa.select(sa.func.count()).select_from(DP))
+INSERT = api.Prepared(DP.insert())
+# True when the statement is its transaction's only one (PostgreSQL: now()
+# is when the transaction began).
+ALONE = api.Prepared(sa.select(
+    sa.func.now() == sa.func.statement_timestamp()))
+# A statement that runs long enough for its session to be ended under it.
+PAUSE = {'mysql': api.Prepared(sa.select(sa.func.sleep(5))),
+         'postgresql': api.Prepared(sa.select(sa.func.pg_sleep(5)))}
+
+
+def _values(name):
+    return {'uuid': uuidutils.generate_uuid(), 'name': name,
+            'profile_json': '{"groups": []}'}
+
+
+def _committed(database, uuid):
+    """Whether a connection of another engine sees the profile `uuid`."""
+    other = database.engine(poolclass=sa.pool.NullPool)
+    try:
+        with other.connect() as conn:
+            return conn.execute(sa.select(DP.c.uuid).where(
+                DP.c.uuid == uuid)).first() is not None
+    finally:
+        other.dispose()
+
+
+def _checked_in():
+    return (api.get_engine().pool.checkedout(),
+            api._lone_engine().pool.checkedout()) == (0, 0)
+
+
+def test_its_statement_is_committed(database):
+    values = _values('lone')
+    with api.writer(lone=True) as session:
+        assert session.execute(INSERT, values).rowcount == 1
+    assert _committed(database, values['uuid'])
+    assert _checked_in()
+
+
+def test_a_second_statement_is_refused(database):
+    values = _values('second')
+    with pytest.raises(RuntimeError, match='one statement'):
+        with api.writer(lone=True) as session:
+            session.execute(INSERT, values)
+            session.execute(COUNT)
+    with pytest.raises(RuntimeError, match='one statement'):
+        with api.writer(lone=True) as session:
+            session.execute_stored(COUNT)
+            session.execute_stored(COUNT)
+    assert _checked_in()
+    # A writer after it, on whichever connection, is a transaction that
+    # can run several statements.
+    with api.writer() as session:
+        session.execute(INSERT, _values('after'))
+        assert session.execute(COUNT).scalar() >= 1
+
+
+def test_a_created_profile_is_what_a_read_gives(database):
+    made = device_profiles.create(uuidutils.generate_uuid(), 'given',
+                                  seed.GROUPS, description='a description')
+    assert made == device_profiles.get_by_uuid(made['uuid'])
+    assert made['updated_at'] is None
+    assert _committed(database, made['uuid'])
+
+
+def test_a_known_profiles_arqs_and_a_profiles_delete(database):
+    dp = seed.profile(name='known')
+    first = arqs.create_from_profile('known', lambda p: [2], 'p1')
+    again = arqs.create_from_profile('known', lambda p: [1], 'p1')
+    listed = arqs.list_(project_id='p1')
+    assert [a['uuid'] for a in listed] == \
+        [a['uuid'] for a in first + again]
+    assert again == [a for a in listed if a['uuid'] == again[0]['uuid']]
+    unused = seed.profile(name='unused')
+    device_profiles.delete_by_uuid(unused['uuid'])
+    assert not _committed(database, unused['uuid'])
+    # In use: nothing deleted, and the read that follows says why.
+    with pytest.raises(exception.DeviceProfileInUse,
+                       match='used by 3 accelerator'):
+        device_profiles.delete_by_uuid(dp['uuid'])
+    with pytest.raises(exception.NotFound):
+        device_profiles.delete_by_names(['nowhere'])
+    assert _committed(database, dp['uuid'])
+    assert _checked_in()
+
+
+def test_on_mariadb_it_is_one_statement_and_no_commit(mariadb, sent):
+    seed.profile(name='opens')          # the lone engine's first connection
+    arqs.create_from_profile('opens', lambda p: [1], 'p1')
+    del sent[:]
+    dp = seed.profile(name='one')
+    arqs.create_from_profile('opens', lambda p: [1], 'p1')
+    device_profiles.delete_by_uuid(dp['uuid'])
+    assert [sql.split()[0] for _, sql in sent] == \
+        ['INSERT', 'INSERT', 'DELETE']
+    # On a connection of the lone reads' pool, in autocommit; a writer's
+    # still ends its transaction with a COMMIT.
+    del sent[:]
+    with api.writer() as session:
+        session.execute(INSERT, _values('in-a-transaction'))
+    assert [sql.split()[0] for _, sql in sent] == ['INSERT', 'COMMIT']
+    assert _checked_in()
+
+
+def test_on_postgresql_it_runs_alone_and_the_connection_comes_back(
+        postgresql):
+    with api.writer(lone=True) as session:
+        pid = session._raw.driver_connection.get_backend_pid()
+        assert session.execute(ALONE).scalar() is True
+    with api.writer() as session:
+        # The pool hands the same connection back, in transactions again.
+        assert session._raw.driver_connection.get_backend_pid() == pid
+        assert session.execute(ALONE).scalar() is False
+    assert _checked_in()
+
+
+def _paused_while_ended(database, session):
+    """Run PAUSE in `session` while the server ends its session."""
+    raw = session._raw.driver_connection
+    ident = raw.thread_id() if database.backend == 'mysql' else \
+        raw.get_backend_pid()
+
+    def end():
+        time.sleep(0.3)
+        dbs.end_session(database, ident)
+    ender = threading.Thread(target=end)
+    ender.start()
+    try:
+        session.execute(PAUSE[database.backend])
+    finally:
+        ender.join()
+
+
+def test_a_connection_lost_on_its_way_is_an_unknown_outcome(database):
+    if database.backend == 'sqlite':
+        pytest.skip('a server backend only')
+    with pytest.raises(api.CommitOutcomeUnknown):
+        with api.writer(lone=True) as session:
+            _paused_while_ended(database, session)
+    # A writer's statement lost so is a plain outage: its transaction
+    # was not committed.
+    with pytest.raises(db_exc.DBConnectionError) as raised:
+        with api.writer() as session:
+            _paused_while_ended(database, session)
+    assert not isinstance(raised.value, api.CommitOutcomeUnknown)
+    assert _checked_in()
+    # The pools replaced the lost connections.
+    values = _values('after-the-loss')
+    with api.writer(lone=True) as session:
+        session.execute(INSERT, values)
+    assert _committed(database, values['uuid'])
