@@ -2,7 +2,7 @@
 """Where a request's time goes inside a uWSGI worker, layer by layer.
 
     cyborg-bench layers [--workloads dp-get,dp-create,arq-create]
-                        [--requests N] [--workers 2]
+                        [--requests N] [--workers 2] [--outside N]
 
 In process (``cyborg-bench profile``) a request runs with warm CPU caches;
 in a server's worker it does not, and takes two to three times as long.
@@ -16,9 +16,23 @@ against it at one client, and for each request kind this prints the
 median of every segment between two consecutive marks, in the order a
 request passes them, and of the whole WSGI call (TOTAL). A mark costs
 about a microsecond; medians of segments do not add up to TOTAL exactly.
-See docs/performance.md ("Where a request's time goes under uWSGI").
+Each worker answers GET DUMP_PATH (untimed) with what it kept, and the
+runner asks until every worker has answered. See docs/performance.md
+("Where a request's time goes under uWSGI"). --workloads '' runs none.
+
+--outside N: then, and first against the floor app under the same
+uWSGI, a client of its own sends N requests of each kind one after the
+other (GET /; POST, then GET, of N profiles) and notes when each left it
+and when its answer was read (time.perf_counter_ns, the monotonic clock
+every process shares); the worker notes when it called the application
+and when that returned. Matched request by request, that is where the
+time the client sees goes: before the application is called (the
+client's encoding and send, its connect, the kernel, uWSGI's accept and
+parsing), in it, and after it (uWSGI's write, the client's read and
+decoding).
 """
 
+import bisect
 import collections
 import importlib
 import json
@@ -29,7 +43,9 @@ import subprocess
 import tempfile
 import time
 
+from cyborg_bench import client as bench_client
 from cyborg_bench import side_by_side
+from cyborg_bench import workloads
 
 # (module, attribute path, label): the functions whose entry and return
 # are marked.
@@ -50,10 +66,12 @@ MARKS = (
     ('cyborg.api.controllers.base', 'Response.__call__', 'respond'),
     ('cyborg.api.stack', 'Stack._count', 'metrics'),
 )
-ENV_DIR = 'CYBORG_BENCH_LAYERS_DIR'
-# Each worker writes what it has every this many requests.
-DUMP_EVERY = 250
+# A worker answers GET of this path (untimed) with what it has kept.
+DUMP_PATH = '/cyborg-bench-layers'
 DEFAULT_WORKLOADS = 'dp-create,dp-get,arq-create'
+# The request kinds of --outside, as Timed names them.
+NOOP, CREATE, SHOW = ('GET /', 'POST /v2/device_profiles',
+                      'GET /v2/device_profiles/{name_or_uuid}')
 
 _marks = []
 _now = time.perf_counter_ns
@@ -111,7 +129,8 @@ class Timed:
         self.segments = collections.defaultdict(
             lambda: collections.defaultdict(list))
         self.orders = {}
-        self.count = 0
+        # Per request kind, [called, returned] of every call.
+        self.spans = collections.defaultdict(list)
 
     def __call__(self, environ, start_response):
         from cyborg.api import metrics
@@ -121,6 +140,7 @@ class Timed:
         ended = _now()
         kind = '%s %s' % (environ.get('REQUEST_METHOD'),
                           metrics.route(environ.get('PATH_INFO') or '/'))
+        self.spans[kind].append([started, ended])
         segments = self.segments[kind]
         order = []
         previous = ('start', started)
@@ -131,8 +151,21 @@ class Timed:
             previous = (name, at)
         segments['TOTAL'].append(ended - started)
         self.orders.setdefault(kind, order)
-        self.count += 1
         return body
+
+    def kept(self):
+        """What the worker answers at DUMP_PATH."""
+        return {'pid': os.getpid(), 'segments': self.segments,
+                'orders': self.orders, 'spans': self.spans}
+
+    def merge(self, kept):
+        """Add another worker's kept() to this one's."""
+        for kind, segments in kept['segments'].items():
+            for segment, values in segments.items():
+                self.segments[kind][segment].extend(values)
+            self.orders.setdefault(kind, kept['orders'][kind])
+        for kind, spans in kept['spans'].items():
+            self.spans[kind].extend(spans)
 
     def medians(self):
         """{kind: [(segment, median µs, count)]}, in a request's order."""
@@ -146,41 +179,62 @@ class Timed:
         return out
 
 
-_TIMED = None
-
-
-def application(environ, start_response):
-    """The API (cyborg.wsgi.api), its layers marked; a worker writes its
-    durations to $CYBORG_BENCH_LAYERS_DIR/<pid>.json now and then.
+def _timed(app):
+    """A WSGI application around Timed(app()) (made at the first request,
+    in the worker) that answers GET DUMP_PATH, untimed, with its kept().
     """
-    global _TIMED
-    if _TIMED is None:
-        install()
-        from cyborg.wsgi import api
-        _TIMED = Timed(api.application)
-    body = _TIMED(environ, start_response)
-    if _TIMED.count % DUMP_EVERY == 0 and os.environ.get(ENV_DIR):
-        path = os.path.join(os.environ[ENV_DIR], '%d.json' % os.getpid())
-        with open(path + '.new', 'w') as f:
-            json.dump({'segments': _TIMED.segments,
-                       'orders': _TIMED.orders}, f)
-        os.replace(path + '.new', path)
-    return body
+    timed = []
+
+    def application(environ, start_response):
+        if not timed:
+            timed.append(Timed(app()))
+        if environ.get('PATH_INFO') == DUMP_PATH:
+            body = json.dumps(timed[0].kept()).encode()
+            start_response('200 OK', [
+                ('Content-Type', 'application/json'),
+                ('Content-Length', str(len(body)))])
+            return [body]
+        return timed[0](environ, start_response)
+    return application
 
 
-def _merged(directory):
-    """Every worker's durations as one Timed's."""
+def _marked_api():
+    install()
+    from cyborg.wsgi import api
+    return api.application
+
+
+def _floor():
+    from cyborg.wsgi import floor
+    return floor.application
+
+
+# The API (cyborg.wsgi.api), its layers marked; and the floor app
+# (cyborg.wsgi.floor), unmarked: what uWSGI serves.
+application = _timed(_marked_api)
+floor_application = _timed(_floor)
+
+
+def collect(url, workers, tries=100):
+    """Every worker's kept(), merged: DUMP_PATH asked until `workers`
+    different processes answered (uWSGI hands requests to its workers in
+    turn).
+    """
     merged = Timed(None)
-    for name in sorted(os.listdir(directory)):
-        if not name.endswith('.json'):
-            continue
-        with open(os.path.join(directory, name)) as f:
-            doc = json.load(f)
-        for kind, segments in doc['segments'].items():
-            for segment, values in segments.items():
-                merged.segments[kind][segment].extend(values)
-            merged.orders.setdefault(kind, doc['orders'][kind])
-    return merged
+    cl = bench_client.Endpoint(url).client()
+    seen = set()
+    try:
+        for _ in range(tries):
+            kept = cl.call('GET', DUMP_PATH)
+            if kept['pid'] not in seen:
+                seen.add(kept['pid'])
+                merged.merge(kept)
+            if len(seen) >= workers:
+                return merged
+    finally:
+        cl.close()
+    raise RuntimeError('only %d of %d workers answered %s'
+                       % (len(seen), workers, DUMP_PATH))
 
 
 def table(medians):
@@ -192,25 +246,110 @@ def table(medians):
     return '\n'.join(lines)
 
 
+def outside(url, count, api=True):
+    """{request kind: [(sent, read)]}: `count` requests of each --outside
+    kind (only GET / where not `api`: the floor app), one after the
+    other, each from just before it is sent to just after its answer is
+    read.
+    """
+    cl = bench_client.Endpoint(url).client()
+    noted = collections.defaultdict(list)
+
+    def note(kind, *request, **expect):
+        sent = _now()
+        answer = cl.call(*request, **expect)
+        noted[kind].append((sent, _now()))
+        return answer
+    try:
+        for _ in range(count):
+            note(NOOP, 'GET', '/')
+        if not api:
+            return noted
+        made = [note(CREATE, 'POST', '/v2/device_profiles', [{
+            'name': 'outside-%d-%d' % (os.getpid(), i),
+            'groups': workloads.GPU_GROUPS}], expect=201)['uuid']
+            for i in range(count)]
+        for uuid in made:
+            note(SHOW, 'GET', '/v2/device_profiles/%s' % uuid)
+    finally:
+        cl.close()
+    return noted
+
+
+def matched(noted, spans):
+    """Per request kind, the medians in µs of (before the application
+    was called, in it, after it returned, the whole) over the requests
+    of `noted` whose span the workers kept (each client request holds
+    the one worker call that answered it).
+    """
+    out = {}
+    for kind, requests in noted.items():
+        calls = sorted(spans.get(kind, ()))
+        starts = [c[0] for c in calls]
+        parts = []
+        for sent, read in requests:
+            i = bisect.bisect_left(starts, sent)
+            if i < len(calls) and calls[i][1] <= read:
+                called, returned = calls[i]
+                parts.append((called - sent, returned - called,
+                              read - returned, read - sent))
+        if parts:
+            out[kind] = tuple(statistics.median(p) / 1000.0
+                              for p in zip(*parts)) + (len(parts),)
+    return out
+
+
+def outside_table(rows):
+    lines = ['| app | request | before the app µs | in the app µs | '
+             'after it µs | client sees µs | requests |',
+             '|---|---|---:|---:|---:|---:|---:|']
+    for app, figures in rows:
+        for kind, (before, inside, after, whole, n) in figures.items():
+            lines.append('| %s | %s | %.1f | %.1f | %.1f | %.1f | %d |'
+                         % (app, kind, before, inside, after, whole, n))
+    return '\n'.join(lines)
+
+
+def _outside_of(url, count, workers, api=True):
+    noted = outside(url, count, api)
+    return matched(noted, collect(url, workers).spans)
+
+
 def run(args):
     side_by_side.ensure_ref_venv()
     workdir = tempfile.mkdtemp(prefix='cyborg-layers-')
-    marks = os.path.join(workdir, 'marks')
-    os.makedirs(marks)
-    api = None
+    procs = []
+    rows = []
     try:
+        if args.outside:
+            floor, url = side_by_side.uwsgi(
+                'floor-uwsgi', workdir, side_by_side.OUR_VENV,
+                'cyborg_bench.layers:floor_application', args.workers)
+            procs.append(floor)
+            rows.append(('floor', _outside_of(url, args.outside,
+                                              args.workers, api=False)))
+            floor.stop()
         api, url, db_url = side_by_side.start_ours(
-            workdir, args.workers, module='cyborg_bench.layers:application',
-            env={ENV_DIR: marks})
-        subprocess.run(side_by_side.BENCH + [
-            '--url', url, '--workloads', args.workloads, '--requests',
-            str(args.requests), '--seed-db', db_url], check=True)
+            workdir, args.workers, module='cyborg_bench.layers:application')
+        procs.append(api)
+        if args.workloads:
+            subprocess.run(side_by_side.BENCH + [
+                '--url', url, '--workloads', args.workloads, '--requests',
+                str(args.requests), '--seed-db', db_url], check=True)
+        if args.outside:
+            rows.append(('ours', _outside_of(url, args.outside,
+                                             args.workers)))
+        kept = collect(url, args.workers)
     finally:
-        if api is not None:
-            api.stop()
+        for proc in procs:
+            proc.stop()
     print('\n## Inside the worker (uWSGI, %d workers), median per segment'
           % args.workers)
-    print(table(_merged(marks).medians()))
+    print(table(kept.medians()))
+    if rows:
+        print('\n## Before, in and after the application (one client, '
+              'uWSGI, %d workers), medians' % args.workers)
+        print(outside_table(rows))
     shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
@@ -223,3 +362,8 @@ def add_arguments(parser):
                         help='operations per workload (default 3000)')
     parser.add_argument('--workers', type=int, default=2,
                         help='uWSGI processes (default 2, as side-by-side)')
+    parser.add_argument('--outside', type=int, default=0, metavar='N',
+                        help='then N requests of each kind from a client '
+                        'of its own, timed before, in and after the '
+                        'application, and the same of GET / on the floor '
+                        'app first (default 0: not)')

@@ -37,17 +37,25 @@ def _call(app, method, path, body=None):
 
 
 def test_segments_follow_a_request_through_the_layers(sqlite_database,
-                                                      marked, tmp_path,
-                                                      monkeypatch):
-    timed = layers.Timed(api_app.setup_app(CONF))
-    status, made = _call(timed, 'POST', '/v2/device_profiles', [
+                                                      marked):
+    # What uWSGI serves: the timed app, made at its first request, which
+    # answers DUMP_PATH (untimed) with what it kept.
+    app = layers._timed(lambda: api_app.setup_app(CONF))
+    status, made = _call(app, 'POST', '/v2/device_profiles', [
         {'name': 'marked', 'groups': [{'resources:FPGA': '1'}]}])
     assert status == 201
     for _ in range(3):
-        assert _call(timed, 'GET', '/v2/device_profiles/%s'
+        assert _call(app, 'GET', '/v2/device_profiles/%s'
                      % made['uuid'])[0] == 200
-    medians = timed.medians()
-    shown = medians['GET /v2/device_profiles/{name_or_uuid}']
+    status, kept = _call(app, 'GET', layers.DUMP_PATH)
+    assert status == 200 and set(kept) == {'pid', 'segments', 'orders',
+                                           'spans'}
+    # Merged as the runner merges the workers' answers.
+    merged = layers.Timed(None)
+    merged.merge(json.loads(json.dumps(kept)))
+    medians = merged.medians()
+    assert set(medians) == {layers.CREATE, layers.SHOW}
+    shown = medians[layers.SHOW]
     names = [segment for segment, _, _ in shown]
     # In the order a request passes them, the whole call last.
     assert names[0] == 'start .. request id>'
@@ -58,19 +66,28 @@ def test_segments_follow_a_request_through_the_layers(sqlite_database,
     assert all(count == 3 for _, _, count in shown)
     total = dict((s, m) for s, m, _ in shown)['TOTAL']
     assert 0 < max(m for s, m, _ in shown if s != 'TOTAL') <= total
-    created = medians['POST /v2/device_profiles']
-    assert 'commit> .. <commit' in [s for s, _, _ in created]
-    # What a worker writes, merged as the runner merges them.
-    monkeypatch.setattr(layers, '_TIMED', timed)
-    monkeypatch.setattr(layers, 'DUMP_EVERY', 1)
-    monkeypatch.setenv(layers.ENV_DIR, str(tmp_path))
-    layers.application(webob.Request.blank('/').environ,
-                       lambda *a: None)
-    (written,) = tmp_path.glob('*.json')
-    assert set(json.loads(written.read_text())) == {'segments', 'orders'}
-    merged = layers._merged(str(tmp_path)).medians()
-    assert merged['GET /v2/device_profiles/{name_or_uuid}'] == shown
-    assert '### GET /' in layers.table(merged)
+    assert 'commit> .. <commit' in [s for s, _, _ in medians[layers.CREATE]]
+    # Each call's span, in the order of the calls.
+    spans = merged.spans[layers.SHOW]
+    assert len(spans) == 3 and spans == sorted(spans)
+    assert all(called < returned for called, returned in spans)
+    assert '### %s' % layers.SHOW in layers.table(medians)
+
+
+def test_client_requests_are_matched_with_the_calls_that_answered():
+    spans = {layers.NOOP: [[110, 150], [210, 260], [400, 420]]}
+    # Sent at 100, read at 190: the call 110..150 answered it; the call
+    # 400..420 answered no request of the client's (another client's).
+    noted = {layers.NOOP: [(100, 190), (200, 300)],
+             layers.SHOW: [(500, 600)]}
+    figures = layers.matched(noted, spans)
+    assert list(figures) == [layers.NOOP]
+    before, inside, after, whole, count = figures[layers.NOOP]
+    assert count == 2
+    # Medians in µs of (10, 10) ns before, (40, 50) in, (40, 40) after.
+    assert (before, inside, after, whole) == (0.01, 0.045, 0.04, 0.095)
+    assert '| floor | GET / | 0.0 | 0.0 | 0.0 | 0.1 | 2 |' in \
+        layers.outside_table([('floor', figures)])
 
 
 def test_marks_keep_what_the_functions_are(marked):
