@@ -256,13 +256,17 @@ class Limits:
     indexed read on the service's database.
     """
 
-    def __init__(self, engine):
+    def __init__(self, engine, measure=measure):
+        """`measure(op, n, warmup)` times each limit's n operations
+        (profile's measure() by default).
+        """
         self.engine = engine
+        self.measure = measure
 
     def floor(self, n):
         from cyborg.wsgi import floor
         call = App(floor.application)
-        return measure(lambda i: call('GET', '/'), n, 50)
+        return self.measure(lambda i: call('GET', '/'), n, 50)
 
     def commit(self, n):
         """INSERT + COMMIT on the driver's connection (SQLite: BEGIN
@@ -288,7 +292,7 @@ class Limits:
             raw.driver_connection.commit()
             cursor.close()
         try:
-            return measure(op, n, 20)
+            return self.measure(op, n, 20)
         finally:
             raw.close()
 
@@ -312,7 +316,7 @@ class Limits:
             raw.driver_connection.commit()
             cursor.close()
         try:
-            return measure(op, n, 20)
+            return self.measure(op, n, 20)
         finally:
             raw.close()
 
@@ -339,7 +343,7 @@ class Limits:
                 cursor.fetchall()
                 raw.driver_connection.commit()
                 cursor.close()
-            return measure(op, n, 20)
+            return self.measure(op, n, 20)
         finally:
             raw.close()
 

@@ -667,16 +667,17 @@ def storage_costs(workdir, commits=300, reads=2000, list_reads=500):
                      profile.list_rows())
     conn.execute('COMMIT')
     try:
-        return {'commit_ms': _p50_ms(commit, commits),
-                'read_ms': _p50_ms(read, reads),
-                'list_read_ms': _p50_ms(list_read, list_reads),
+        return {'commit_ms': p50_ms(commit, commits),
+                'read_ms': p50_ms(read, reads),
+                'list_read_ms': p50_ms(list_read, list_reads),
                 'list_rows': profile.LIST_ROWS,
                 'synchronous': 'FULL (SQLite default)', 'journal_mode': 'WAL'}
     finally:
         conn.close()
 
 
-def _p50_ms(op, n):
+def p50_ms(op, n):
+    """p50 ms of n calls of op(i)."""
     times = []
     for i in range(n):
         started = time.perf_counter()

@@ -21,6 +21,7 @@ from cyborg_bench import cli
 from cyborg_bench import client
 from cyborg_bench import hostspec
 from cyborg_bench import load
+from cyborg_bench import per_db
 from cyborg_bench import rounds
 from cyborg_bench import side_by_side
 from cyborg_bench import soak
@@ -403,6 +404,25 @@ def test_side_by_side_storage_costs_measure_each_part(tmp_path):
     assert costs['list_rows'] == 200
     for key in ('commit_ms', 'read_ms', 'list_read_ms'):
         assert costs[key] > 0
+
+
+def test_per_db_limits_are_p50s_of_the_driver_alone(tmp_path,
+                                                    monkeypatch):
+    monkeypatch.setattr(per_db, 'STORAGE_OPS',
+                        {'commit': 5, 'read': 9, 'list_read': 3})
+    timed = []
+    real = side_by_side.p50_ms
+
+    def counted(op, n):
+        timed.append(n)
+        return real(op, n)
+    monkeypatch.setattr(side_by_side, 'p50_ms', counted)
+    costs = per_db._storage('sqlite:///%s' % (tmp_path / 'limits.sqlite'))
+    assert sorted(costs) == ['commit_ms', 'list_read_ms', 'read_ms']
+    assert all(isinstance(v, float) and v > 0 for v in costs.values())
+    # Each limit timed as many operations as STORAGE_OPS says.
+    assert timed == [5, 9, 3]
+    assert per_db._p50_ms(lambda i: None, 3, 2) >= 0
 
 
 def test_side_by_side_workloads_keep_dp_create_for_what_needs_it():
