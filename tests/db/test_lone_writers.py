@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """cyborg.db.api.writer(lone=True): a write of one statement. On MariaDB
 and PostgreSQL it runs in autocommit, where it commits on its own: one
-round trip, no BEGIN or COMMIT. Profile creates and deletes and the ARQ
-create of a known profile are lone writers; what they write is committed
-and what they give back is what a read gives. A second statement is a
+round trip, no BEGIN or COMMIT. Profile creates and deletes, the ARQ
+create of a known profile and a conductor's heartbeat are lone writers;
+what they write is committed and what they give back is what a read
+gives. A second statement is a
 programming error on every backend, and a connection lost while the
 statement is on its way leaves its outcome unknown, as a lost COMMIT does.
 """
@@ -19,6 +20,7 @@ import sqlalchemy as sa
 from cyborg.common import exception
 from cyborg.db import api
 from cyborg.db import arqs
+from cyborg.db import conductors
 from cyborg.db import device_profiles
 from tests.db import seed
 from tests import dbs
@@ -120,6 +122,13 @@ def test_on_mariadb_it_is_one_statement_and_no_commit(mariadb, sent):
     device_profiles.delete_by_uuid(dp['uuid'])
     assert [sql.split()[0] for _, sql in sent] == \
         ['INSERT', 'INSERT', 'DELETE']
+    # A conductor's heartbeat: an UPDATE, and the first time an INSERT.
+    del sent[:]
+    conductors.heartbeat('beating:1:a')
+    conductors.heartbeat('beating:1:a')
+    conductors.forget('beating:1:a')
+    assert [sql.split()[0] for _, sql in sent] == \
+        ['UPDATE', 'INSERT', 'UPDATE', 'DELETE']
     # On a connection of the lone reads' pool, in autocommit; a writer's
     # still ends its transaction with a COMMIT.
     del sent[:]
