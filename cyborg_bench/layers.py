@@ -3,6 +3,7 @@
 
     cyborg-bench layers [--workloads dp-get,dp-create,arq-create]
                         [--requests N] [--workers 2] [--outside N]
+                        [--floor-spin US,...]
 
 In process (``cyborg-bench profile``) a request runs with warm CPU caches;
 in a server's worker it does not, and takes two to three times as long.
@@ -21,7 +22,9 @@ runner asks until every worker has answered. See docs/performance.md
 ("Where a request's time goes under uWSGI"). --workloads '' runs none.
 
 --outside N: then, and first against the floor app under the same
-uWSGI, a client of its own sends N requests of each kind one after the
+uWSGI (once per --floor-spin value: busy that many µs per request
+before it answers, as long as one of ours but without our code), a
+client of its own sends N requests of each kind one after the
 other (GET /; POST, then GET, of N profiles) and notes when each left it
 and when its answer was read (time.perf_counter_ns, the monotonic clock
 every process shares); the worker notes when it called the application
@@ -204,9 +207,26 @@ def _marked_api():
     return api.application
 
 
+# The floor app's busy time per request, in µs (--floor-spin).
+ENV_SPIN = 'CYBORG_BENCH_FLOOR_SPIN_US'
+
+
 def _floor():
+    """The floor app; with $CYBORG_BENCH_FLOOR_SPIN_US set, it first keeps
+    the CPU busy that long (touching nothing): a request as long as one
+    of ours, without our code.
+    """
     from cyborg.wsgi import floor
-    return floor.application
+    spin = int(os.environ.get(ENV_SPIN) or 0) * 1000
+    if not spin:
+        return floor.application
+
+    def spinning(environ, start_response):
+        until = _now() + spin
+        while _now() < until:
+            pass
+        return floor.application(environ, start_response)
+    return spinning
 
 
 # The API (cyborg.wsgi.api), its layers marked; and the floor app
@@ -321,13 +341,15 @@ def run(args):
     procs = []
     rows = []
     try:
-        if args.outside:
+        for spin in (args.floor_spin if args.outside else ()):
             floor, url = side_by_side.uwsgi(
                 'floor-uwsgi', workdir, side_by_side.OUR_VENV,
-                'cyborg_bench.layers:floor_application', args.workers)
+                'cyborg_bench.layers:floor_application', args.workers,
+                env={ENV_SPIN: str(spin)})
             procs.append(floor)
-            rows.append(('floor', _outside_of(url, args.outside,
-                                              args.workers, api=False)))
+            rows.append(('floor' + (' spinning %d µs' % spin if spin else ''),
+                         _outside_of(url, args.outside, args.workers,
+                                     api=False)))
             floor.stop()
         api, url, db_url = side_by_side.start_ours(
             workdir, args.workers, module='cyborg_bench.layers:application')
@@ -354,6 +376,10 @@ def run(args):
     return 0
 
 
+def _spins(text):
+    return [int(v) for v in text.split(',')]
+
+
 def add_arguments(parser):
     parser.add_argument('--workloads', default=DEFAULT_WORKLOADS,
                         help='cyborg-bench load workloads (default %s)'
@@ -367,3 +393,7 @@ def add_arguments(parser):
                         'of its own, timed before, in and after the '
                         'application, and the same of GET / on the floor '
                         'app first (default 0: not)')
+    parser.add_argument('--floor-spin', type=_spins, default=[0],
+                        metavar='US,...',
+                        help='with --outside: the floor app once per value, '
+                        'busy that many µs per request first (default 0)')

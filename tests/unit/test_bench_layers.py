@@ -95,3 +95,15 @@ def test_marks_keep_what_the_functions_are(marked):
     assert isinstance(stack.Stack.__dict__['_count'], staticmethod)
     assert isinstance(base.Response.__dict__['answer'], classmethod)
     assert callable(db_api._query)
+
+
+def test_the_floor_spins_as_long_as_asked(monkeypatch):
+    monkeypatch.setenv(layers.ENV_SPIN, '200')
+    app = layers._timed(layers._floor)
+    assert _call(app, 'GET', '/') == (200, {})
+    status, kept = _call(app, 'GET', layers.DUMP_PATH)
+    [(called, returned)] = kept['spans'][layers.NOOP]
+    assert returned - called >= 200000
+    monkeypatch.delenv(layers.ENV_SPIN)
+    from cyborg.wsgi import floor
+    assert layers._floor() is floor.application
