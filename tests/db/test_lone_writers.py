@@ -2,7 +2,8 @@
 """cyborg.db.api.writer(lone=True): a write of one statement. On MariaDB
 and PostgreSQL it runs in autocommit, where it commits on its own: one
 round trip, no BEGIN or COMMIT. Profile creates and deletes, the ARQ
-create of a known profile and a conductor's heartbeat are lone writers;
+create of a known profile, the delete of one ARQ that holds no attach
+handle and a conductor's heartbeat are lone writers;
 what they write is committed and what they give back is what a read
 gives. A second statement is a
 programming error on every backend, and a connection lost while the
@@ -113,15 +114,48 @@ def test_a_known_profiles_arqs_and_a_profiles_delete(database):
     assert _checked_in()
 
 
+def _bound(arq, handle=None):
+    arqs.start_bind({arq['uuid']: {
+        'hostname': 'compute', 'device_rp_uuid': uuidutils.generate_uuid(),
+        'instance_uuid': uuidutils.generate_uuid()}})
+    if handle is not None:
+        seed.bind_handle(arq['uuid'], handle)
+
+
+def test_one_arq_is_deleted_alone_unless_bound_or_holding_a_handle(
+        database):
+    dp = seed.profile(name='deleted')
+    free, bound, held, theirs = (
+        arqs.create(dp['id'], [1], p)[0] for p in ('p1', 'p1', 'p1', 'p2'))
+    _bound(bound)
+    handle = seed.attach_handle()
+    _bound(held, handle)
+    assert arqs.delete_by_uuids([free['uuid']], project_id='p1') == []
+    with pytest.raises(exception.NotFound):
+        arqs.delete_by_uuids([free['uuid']])
+    with pytest.raises(exception.NotFound):
+        arqs.delete_by_uuids([theirs['uuid']], project_id='p1')
+    with pytest.raises(exception.Forbidden):
+        arqs.delete_by_uuids([bound['uuid']])
+    assert arqs.delete_by_uuids([bound['uuid']], may_delete_bound=True) == []
+    # What holds a handle goes by the transaction that frees the handle.
+    [released] = arqs.delete_by_uuids([held['uuid']], may_delete_bound=True)
+    assert released['uuid'] == handle['uuid']
+    assert seed.select(seed.AH)[0]['in_use'] is False
+    assert [a['uuid'] for a in arqs.list_()] == [theirs['uuid']]
+    assert _checked_in()
+
+
 def test_on_mariadb_it_is_one_statement_and_no_commit(mariadb, sent):
     seed.profile(name='opens')          # the lone engine's first connection
     arqs.create_from_profile('opens', lambda p: [1], 'p1')
     del sent[:]
     dp = seed.profile(name='one')
-    arqs.create_from_profile('opens', lambda p: [1], 'p1')
+    [arq] = arqs.create_from_profile('opens', lambda p: [1], 'p1')
     device_profiles.delete_by_uuid(dp['uuid'])
+    arqs.delete_by_uuids([arq['uuid']], project_id='p1')
     assert [sql.split()[0] for _, sql in sent] == \
-        ['INSERT', 'INSERT', 'DELETE']
+        ['INSERT', 'INSERT', 'DELETE', 'DELETE']
     # A conductor's heartbeat: an UPDATE, and the first time an INSERT.
     del sent[:]
     conductors.heartbeat('beating:1:a')
