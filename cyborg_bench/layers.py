@@ -330,11 +330,6 @@ def outside_table(rows):
     return '\n'.join(lines)
 
 
-def _outside_of(url, count, workers, api=True):
-    noted = outside(url, count, api)
-    return matched(noted, collect(url, workers).spans)
-
-
 def run(args):
     side_by_side.ensure_ref_venv()
     workdir = tempfile.mkdtemp(prefix='cyborg-layers-')
@@ -347,9 +342,9 @@ def run(args):
                 'cyborg_bench.layers:floor_application', args.workers,
                 env={ENV_SPIN: str(spin)})
             procs.append(floor)
+            noted = outside(url, args.outside, api=False)
             rows.append(('floor' + (' spinning %d µs' % spin if spin else ''),
-                         _outside_of(url, args.outside, args.workers,
-                                     api=False)))
+                         matched(noted, collect(url, args.workers).spans)))
             floor.stop()
         api, url, db_url = side_by_side.start_ours(
             workdir, args.workers, module='cyborg_bench.layers:application')
@@ -358,10 +353,11 @@ def run(args):
             subprocess.run(side_by_side.BENCH + [
                 '--url', url, '--workloads', args.workloads, '--requests',
                 str(args.requests), '--seed-db', db_url], check=True)
-        if args.outside:
-            rows.append(('ours', _outside_of(url, args.outside,
-                                             args.workers)))
+        noted = outside(url, args.outside) if args.outside else None
+        # Once, after everything: the segments and the --outside spans.
         kept = collect(url, args.workers)
+        if noted is not None:
+            rows.append(('ours', matched(noted, kept.spans)))
     finally:
         for proc in procs:
             proc.stop()

@@ -38,13 +38,6 @@ WORKLOADS = ['noop', 'dp-create', 'dp-get', 'dp-delete', 'dp-list',
 STORAGE_OPS = {'commit': 300, 'read': 2000, 'list_read': 300}
 
 
-def _p50_ms(op, n, warmup):
-    """p50 ms of n calls of op, after `warmup` untimed ones."""
-    for i in range(warmup):
-        op(i)
-    return side_by_side.p50_ms(lambda i: op(warmup + i), n)
-
-
 def _storage(url):
     """p50 ms of one durable commit, one indexed read and one read of
     the rows dp-list lists, as side_by_side.storage_costs() gives them
@@ -54,7 +47,7 @@ def _storage(url):
     import sqlalchemy as sa
     engine = sa.create_engine(url)
     try:
-        limits = profile.Limits(engine, measure=_p50_ms)
+        limits = profile.Limits(engine, measure=side_by_side.p50_ms)
         return {what + '_ms': getattr(limits, what)(n)
                 for what, n in STORAGE_OPS.items()}
     finally:

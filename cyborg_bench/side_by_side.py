@@ -676,10 +676,12 @@ def storage_costs(workdir, commits=300, reads=2000, list_reads=500):
         conn.close()
 
 
-def p50_ms(op, n):
-    """p50 ms of n calls of op(i)."""
+def p50_ms(op, n, warmup=0):
+    """p50 ms of n calls of op(i), after `warmup` untimed ones."""
+    for i in range(warmup):
+        op(i)
     times = []
-    for i in range(n):
+    for i in range(warmup, warmup + n):
         started = time.perf_counter()
         op(i)
         times.append(1000 * (time.perf_counter() - started))

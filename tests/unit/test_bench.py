@@ -413,16 +413,19 @@ def test_per_db_limits_are_p50s_of_the_driver_alone(tmp_path,
     timed = []
     real = side_by_side.p50_ms
 
-    def counted(op, n):
+    def counted(op, n, warmup=0):
         timed.append(n)
-        return real(op, n)
+        return real(op, n, warmup)
     monkeypatch.setattr(side_by_side, 'p50_ms', counted)
     costs = per_db._storage('sqlite:///%s' % (tmp_path / 'limits.sqlite'))
     assert sorted(costs) == ['commit_ms', 'list_read_ms', 'read_ms']
     assert all(isinstance(v, float) and v > 0 for v in costs.values())
     # Each limit timed as many operations as STORAGE_OPS says.
     assert timed == [5, 9, 3]
-    assert per_db._p50_ms(lambda i: None, 3, 2) >= 0
+    # Warm-up calls first, untimed; then the timed ones, numbered on.
+    calls = []
+    assert real(calls.append, 3, 2) >= 0
+    assert calls == [0, 1, 2, 3, 4]
 
 
 def test_side_by_side_workloads_keep_dp_create_for_what_needs_it():
