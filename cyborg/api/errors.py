@@ -21,6 +21,10 @@ DB_COMMIT_UNKNOWN = ('The connection to the database was lost while the '
                      'change was being committed: it may or may not have '
                      'been carried out. Look the resource up before '
                      'retrying.')
+# Still a deadlock's victim after db_api.retry_on_deadlock's tries: rolled
+# back whole each time.
+DB_CONTENDED = ('Concurrent requests kept locking the same rows; this one '
+                'was rolled back and not carried out. Retry.')
 
 
 def fault_body(status, message):
@@ -71,19 +75,29 @@ def failure(environ, exc):
         # committed unless the connection went during the COMMIT
         # itself, which is then said as such.
         unknown = isinstance(exc, db_api.CommitOutcomeUnknown)
-        request = webob.Request(environ)
-        LOG.warning('%s %s: 503, database %s: %s',
-                    request.method, request.path,
-                    'lost during commit' if unknown else 'unreachable',
-                    str(exc.inner_exception or exc).splitlines()[0][:200])
-        response = webob.Response(
-            status=503, body=fault_body(
-                503, DB_COMMIT_UNKNOWN if unknown else DB_UNAVAILABLE),
-            content_type='application/json', charset='utf-8')
-        response.retry_after = 5
-        return response
+        return _unavailable(
+            environ, 'database %s: %s' % (
+                'lost during commit' if unknown else 'unreachable',
+                str(exc.inner_exception or exc).splitlines()[0][:200]),
+            DB_COMMIT_UNKNOWN if unknown else DB_UNAVAILABLE, 5)
+    if isinstance(exc, db_exc.DBDeadlock):
+        return _unavailable(environ, 'still deadlocked after retries',
+                            DB_CONTENDED, 1)
     LOG.exception('Unhandled API error')
     return response_for(RuntimeError())
+
+
+def _unavailable(environ, why, message, retry_after):
+    """A 503 for a request the database did not carry out: one log line
+    saying why, no traceback.
+    """
+    request = webob.Request(environ)
+    LOG.warning('%s %s: 503, %s', request.method, request.path, why)
+    response = webob.Response(status=503, body=fault_body(503, message),
+                              content_type='application/json',
+                              charset='utf-8')
+    response.retry_after = retry_after
+    return response
 
 
 def as_fault(response):

@@ -25,6 +25,7 @@ import fcntl
 import functools
 import itertools
 import os
+import random
 import sqlite3
 import threading
 import time
@@ -903,6 +904,44 @@ def writer(lone=False):
     the BEGIN IMMEDIATE is what makes writers queue for the lock.
     """
     return _transaction(True, lone)
+
+
+def retrying(worth_retrying, attempts, first_wait, jitter=False):
+    """A decorator that runs a function again when it raises an error
+    worth_retrying(error) accepts: `attempts` runs at most, waiting
+    first_wait seconds before the second and twice as long before each
+    next (with jitter, a random wait up to that), then the last error is
+    raised. It logs nothing: the caller says once what the error means
+    (an outage would otherwise print a traceback per call).
+    """
+    def decorate(fn):
+        @functools.wraps(fn)
+        def retried(*args, **kwargs):
+            wait = first_wait
+            for attempt in range(attempts):
+                try:
+                    return fn(*args, **kwargs)
+                except Exception as e:
+                    if attempt == attempts - 1 or not worth_retrying(e):
+                        raise
+                time.sleep(random.uniform(0, wait) if jitter else wait)
+                wait *= 2
+        return retried
+    return decorate
+
+
+# A write the database chose as a deadlock's victim: InnoDB and PostgreSQL
+# roll the victim's transaction back whole and let the other one go on
+# (MariaDB's error 1213, PostgreSQL's 40P01, both oslo.db's DBDeadlock),
+# so running it again is safe and, once the other has committed, goes
+# through. Two writers that lock the same rows in opposite orders meet
+# this: on MariaDB, a profile's DELETE queued for the profile's row while
+# an ARQ create's foreign key check holds it shared and then wants more.
+# Six runs, the waits random up to 20, 40, ... 320 ms so that two victims
+# do not meet again; what still deadlocks after that is the API's 503.
+retry_on_deadlock = retrying(
+    lambda e: isinstance(e, db_exc.DBDeadlock), attempts=6, first_wait=0.02,
+    jitter=True)
 
 
 def read(statement, params=None):

@@ -75,6 +75,7 @@ def _with_project(params, project_id):
     return params
 
 
+@api.retry_on_deadlock
 def create(device_profile_id, counts, project_id):
     """Insert counts[g] ARQs for each group index g, in group order."""
     try:
@@ -117,6 +118,7 @@ def _remember(dp):
 _CHECKED_MAX = 16
 
 
+@api.retry_on_deadlock
 def create_from_profile(name, plan, project_id):
     """create() for the profile named `name`, in one transaction with the
     profile's read (or the check that the profile this process knows by
@@ -461,6 +463,7 @@ def _require_hosts_own_providers(session, bindings):
                           binding['device_rp_uuid'], uuid, host))
 
 
+@api.retry_on_deadlock
 def start_bind(bindings, project_id=None):
     """Atomically move every ARQ of one PATCH to BindStarted.
 
@@ -489,6 +492,7 @@ def start_bind(bindings, project_id=None):
                         found[uuid]['state'])
 
 
+@api.retry_on_deadlock
 def unbind(uuids, project_id=None):
     """Move ARQs to Unbound, clearing their binding and freeing handles.
 
@@ -589,6 +593,7 @@ class _NotAll(Exception):
     """Some listed ARQ was not deleted: roll the rest back."""
 
 
+@api.retry_on_deadlock
 def delete_by_uuids(uuids, project_id=None, may_delete_bound=False):
     """Delete the listed ARQs, all or none (404 if any is missing, 403 if
     one is bound and that is not allowed).
@@ -658,6 +663,7 @@ _LOCKING_OF_INSTANCE = {
     for by_project in (False, True)}
 
 
+@api.retry_on_deadlock
 def delete_by_instance(instance_uuid, project_id=None):
     """Delete all ARQs of an instance; deleting none is not an error."""
     params = _with_project({'instance_uuid': instance_uuid}, project_id)

@@ -13,7 +13,6 @@ outcome in a batch is its own.
 import datetime
 import functools
 import json
-import time
 
 from oslo_db import exception as db_exc
 import sqlalchemy as sa
@@ -42,25 +41,9 @@ def transient(exc):
                                      db_exc.DBConstraintError)))
 
 
-def retry(fn, attempts=6, interval=0.2):
-    """Run fn again on a transient DB error (a deadlock, a busy SQLite, a
-    lost connection), waiting 0.2, 0.4, ... 3.2 s between tries, then
-    raise the error. Unlike oslo.db's wrap_db_retry it logs nothing: the
-    caller says once that the database is unreachable (an outage would
-    otherwise print a traceback per call).
-    """
-    @functools.wraps(fn)
-    def retried(*args, **kwargs):
-        wait = interval
-        for attempt in range(attempts):
-            try:
-                return fn(*args, **kwargs)
-            except Exception as e:
-                if attempt == attempts - 1 or not transient(e):
-                    raise
-            time.sleep(wait)
-            wait *= 2
-    return retried
+# Run again on a transient DB error (a deadlock, a busy SQLite, a lost
+# connection), 0.2, 0.4, ... 3.2 s apart, then raise it.
+retry = api.retrying(transient, attempts=6, first_wait=0.2)
 
 
 class BindError(Exception):

@@ -55,6 +55,7 @@ _BY = {'uuid': api.Prepared(
            sa.select(*_COLUMNS).where(DP.c.name == sa.bindparam('v')))}
 
 
+@api.retry_on_deadlock
 def create(uuid, name, groups, description=None):
     values = {'uuid': uuid, 'name': name, 'description': description,
               'profile_json': json.dumps({'groups': groups})}
@@ -200,6 +201,7 @@ _USE_OF = {
     for key in ('uuid', 'name')}
 
 
+@api.retry_on_deadlock
 def _delete(column, values, key):
     if len(values) == 1:
         return _delete_one(key, values[0])

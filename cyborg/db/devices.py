@@ -44,6 +44,7 @@ def _locked(session, uuid):
     return dict(row)
 
 
+@api.retry_on_deadlock
 def _set(uuid, column, value):
     """Set one operator field; returns the device as it was before."""
     with api.writer() as session:
@@ -63,6 +64,7 @@ def set_excluded(uuid, excluded):
     return _set(uuid, 'excluded', excluded)
 
 
+@api.retry_on_deadlock
 def set_share(uuid, mode, slots):
     """Ask for a share mode; returns the device as it was before."""
     with api.writer() as session:
@@ -79,6 +81,7 @@ def _orphan_pending(row):
         for c in json.loads(row['conditions'] or '[]'))
 
 
+@api.retry_on_deadlock
 def request_reclaim(uuid, now=None):
     """Admit a reclaim request: for an Orphaned device, or one whose orphan
     wait is running (held until it ends); refused naming the state
@@ -110,6 +113,7 @@ def _claimed(session, device_id):
         .limit(1)).first() is not None
 
 
+@api.retry_on_deadlock
 def request_reset(uuid, now=None):
     """Admit a reset request: for a Failed or Lost device that no binding
     holds; refused naming the state otherwise. A repeated request keeps

@@ -16,15 +16,15 @@ from cyborg.api import app as api_app
 from cyborg.conf import CONF
 from cyborg.db import api as db_api
 from cyborg.db import arqs
+from cyborg.db import device_profiles
 from cyborg import rpc
 from cyborg_harness import net
 from tests.db import seed
 from tests.reliability import stack as race_stack
 
 
-def _call(app, method, path, body=None):
-    request = webob.Request.blank(path, method=method,
-                                  headers=race_stack.NOVA_HEADERS)
+def _call(app, method, path, body=None, headers=race_stack.NOVA_HEADERS):
+    request = webob.Request.blank(path, method=method, headers=headers)
     if body is not None:
         request.body = json.dumps(body).encode()
     return request.get_response(app)
@@ -73,6 +73,36 @@ def test_connection_lost_during_commit_says_the_outcome_is_unknown(
     assert 'was not carried out' not in fault['faultstring']
     assert not [rec for rec in caplog.records if rec.exc_info]
     assert any('503, database lost during commit' in rec.getMessage()
+               for rec in caplog.records)
+
+
+def test_write_still_deadlocked_after_its_retries_is_503(
+        sqlite_database, monkeypatch, caplog):
+    """A profile delete the database rolls back as a deadlock's victim
+    every time: run again five times (db_api.retry_on_deadlock), then a
+    503 that says nothing was carried out, without a traceback.
+    """
+    tries = []
+
+    def victim(*args):
+        tries.append(args)
+        raise db_exc.DBDeadlock(
+            "(pymysql.err.OperationalError) (1213, 'Deadlock found when "
+            "trying to get lock; try restarting transaction')")
+
+    dp = seed.profile()
+    monkeypatch.setattr(device_profiles, '_delete_one', victim)
+    caplog.set_level(logging.INFO)
+    r = _call(api_app.setup_app(), 'DELETE',
+              '/v2/device_profiles/%s' % dp['uuid'],
+              headers=race_stack.ADMIN_HEADERS)
+    assert r.status_int == 503
+    assert r.headers['Retry-After'] == '1'
+    assert len(tries) == 6
+    fault = json.loads(r.json['error_message'])
+    assert fault['faultstring'].endswith('not carried out. Retry.')
+    assert not [rec for rec in caplog.records if rec.exc_info]
+    assert any('503, still deadlocked after retries' in rec.getMessage()
                for rec in caplog.records)
 
 
