@@ -343,12 +343,13 @@ class _WriteLock:
 def _sqlite_pragmas(dbapi_conn, record):
     """SQLite: write-ahead logging, so readers never wait for a writer and
     a commit costs one fsync of the log; and writers wait up to 30 s for
-    the lock rather than 5 before giving up.
+    the lock rather than 5 before giving up. The wait is set first: the
+    switch to WAL (a no-op once the file is in WAL) takes a lock too.
     """
     if isinstance(dbapi_conn, sqlite3.Connection):
         cursor = dbapi_conn.cursor()
-        cursor.execute('PRAGMA journal_mode=WAL')
         cursor.execute('PRAGMA busy_timeout=30000')
+        cursor.execute('PRAGMA journal_mode=WAL')
         cursor.close()
 
 
