@@ -936,8 +936,8 @@ def retrying(worth_retrying, attempts, first_wait, jitter=False):
 # (MariaDB's error 1213, PostgreSQL's 40P01, both oslo.db's DBDeadlock),
 # so running it again is safe and, once the other has committed, goes
 # through. Two writers that lock the same rows in opposite orders meet
-# this: on MariaDB, a profile's DELETE queued for the profile's row while
-# an ARQ create's foreign key check holds it shared and then wants more.
+# this: on MariaDB, a profile's DELETE and the ARQ creates of that profile
+# (the profile's row and the ARQ table's index, locked by each).
 # Six runs, the waits random up to 20, 40, ... 320 ms so that two victims
 # do not meet again; what still deadlocks after that is the API's 503.
 retry_on_deadlock = retrying(

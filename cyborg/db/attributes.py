@@ -45,6 +45,7 @@ def get(uuid):
     return dict(row)
 
 
+@api.retry_on_deadlock
 def create(deployable, key, value):
     """A new attribute of `deployable` (its integer id or its uuid)."""
     uuid = uuidutils.generate_uuid()
@@ -70,6 +71,7 @@ def _no_deployable(deployable):
         reason='deployable_id %s does not exist' % deployable)
 
 
+@api.retry_on_deadlock
 def delete(uuid):
     with api.writer() as session:
         result = session.execute(

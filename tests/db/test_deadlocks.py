@@ -2,8 +2,9 @@
 """A write the database picks as a deadlock's victim is run again
 (api.retry_on_deadlock), on MariaDB and PostgreSQL, with deadlocks made
 for real: two writers that lock two rows in opposite orders, and on
-MariaDB the deadlock the race suite met between a profile's DELETE and
-the ARQ creates of that profile.
+MariaDB a profile's DELETE as the victim, which the race suite saw once
+against ARQ creates of the profile (made here with a share lock that is
+then upgraded, since the race's own interleaving cannot be forced).
 """
 
 import threading
