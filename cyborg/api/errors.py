@@ -21,8 +21,8 @@ DB_COMMIT_UNKNOWN = ('The connection to the database was lost while the '
                      'change was being committed: it may or may not have '
                      'been carried out. Look the resource up before '
                      'retrying.')
-# Still a deadlock's victim after db_api.retry_on_deadlock's tries: rolled
-# back whole each time.
+# Still a deadlock's victim after db_api.retry_on_deadlock's tries, or a
+# lock wait that timed out: rolled back whole.
 DB_CONTENDED = ('Concurrent requests kept locking the same rows; this one '
                 'was rolled back and not carried out. Retry.')
 
@@ -78,13 +78,18 @@ def failure(environ, exc):
         return _unavailable(
             environ, 'database %s: %s' % (
                 'lost during commit' if unknown else 'unreachable',
-                str(exc.inner_exception or exc).splitlines()[0][:200]),
+                _first_line(exc)),
             DB_COMMIT_UNKNOWN if unknown else DB_UNAVAILABLE, 5)
     if isinstance(exc, db_exc.DBDeadlock):
-        return _unavailable(environ, 'still deadlocked after retries',
-                            DB_CONTENDED, 1)
+        # A deadlock's victim still, or a lock wait that timed out.
+        return _unavailable(environ, 'database contended: %s' % _first_line(
+            exc), DB_CONTENDED, 1)
     LOG.exception('Unhandled API error')
     return response_for(RuntimeError())
+
+
+def _first_line(exc):
+    return str(exc.inner_exception or exc).splitlines()[0][:200]
 
 
 def _unavailable(environ, why, message, retry_after):

@@ -931,6 +931,14 @@ def retrying(worth_retrying, attempts, first_wait, jitter=False):
     return decorate
 
 
+def _deadlocked(exc):
+    # Not a lock wait that timed out (MariaDB's 1205, a DBDeadlock to
+    # oslo.db too): that one has waited innodb_lock_wait_timeout (50 s by
+    # default) already, and would wait as long again.
+    return (isinstance(exc, db_exc.DBDeadlock)
+            and 'Lock wait timeout' not in str(exc))
+
+
 # A write the database chose as a deadlock's victim: InnoDB and PostgreSQL
 # roll the victim's transaction back whole and let the other one go on
 # (MariaDB's error 1213, PostgreSQL's 40P01, both oslo.db's DBDeadlock),
@@ -940,9 +948,8 @@ def retrying(worth_retrying, attempts, first_wait, jitter=False):
 # (the profile's row and the ARQ table's index, locked by each).
 # Six runs, the waits random up to 20, 40, ... 320 ms so that two victims
 # do not meet again; what still deadlocks after that is the API's 503.
-retry_on_deadlock = retrying(
-    lambda e: isinstance(e, db_exc.DBDeadlock), attempts=6, first_wait=0.02,
-    jitter=True)
+retry_on_deadlock = retrying(_deadlocked, attempts=6, first_wait=0.02,
+                             jitter=True)
 
 
 def read(statement, params=None):

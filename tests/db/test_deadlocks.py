@@ -68,6 +68,24 @@ def test_writers_locking_in_opposite_orders_both_go_through(
     assert written == victims * 2
 
 
+def test_a_lock_wait_that_timed_out_is_not_run_again():
+    """MariaDB's lock wait timeout (1205) is a DBDeadlock to oslo.db too,
+    but it has waited 50 s already: raised at once, not run six times.
+    """
+    runs = []
+
+    @api.retry_on_deadlock
+    def timed_out():
+        runs.append(1)
+        raise db_exc.DBDeadlock(
+            "(pymysql.err.OperationalError) (1205, 'Lock wait timeout "
+            "exceeded; try restarting transaction')")
+
+    with pytest.raises(db_exc.DBDeadlock):
+        timed_out()
+    assert runs == [1]
+
+
 def _waiting_for_a_lock(conn):
     return conn.exec_driver_sql(
         'SELECT COUNT(*) FROM information_schema.innodb_trx '
