@@ -87,9 +87,15 @@ def test_a_lock_wait_that_timed_out_is_not_run_again():
 
 
 def _waiting_for_a_lock(conn):
+    """Whether a profile DELETE on this test's database waits for a row
+    lock (other tests' databases share the server).
+    """
     return conn.exec_driver_sql(
-        'SELECT COUNT(*) FROM information_schema.innodb_trx '
-        "WHERE trx_state = 'LOCK WAIT'").scalar()
+        'SELECT COUNT(*) FROM information_schema.innodb_trx t '
+        'JOIN information_schema.processlist p '
+        'ON p.id = t.trx_mysql_thread_id '
+        "WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE() "
+        "AND t.trx_query LIKE 'DELETE FROM device_profiles%%'").scalar()
 
 
 def test_profile_delete_deadlocked_is_run_again(mariadb, monkeypatch):
