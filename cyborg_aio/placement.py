@@ -54,11 +54,15 @@ def _writers_queue(engine):
     """Placement's SQLite transactions begin IMMEDIATE.
 
     A deferred transaction that reads and then writes cannot upgrade its
-    lock while another holds the write lock: SQLite answers "database is
-    locked" at once (a 500 from Placement under concurrent claims and
-    inventory updates). Taking the lock up front makes them queue, within
-    the busy timeout, instead. Registered first, so it runs before
-    oslo.db's own engine listener that would emit a plain BEGIN.
+    lock once another writer has committed since its read (WAL mode):
+    SQLite answers "database is locked" at once, and Placement a 500,
+    under concurrent trait and inventory updates. Taking the lock up
+    front makes them queue, within the busy timeout, instead.
+
+    Ours must run before oslo.db's own `begin` listener, which emits a
+    plain BEGIN unless `in_transaction` is set. SQLAlchemy's engine events
+    ignore `insert=True` (ConnectionEvents._listen passes no keywords on),
+    so the engine's own listeners are taken off and put back after ours.
     """
     if engine.dialect.name != 'sqlite':
         return
@@ -68,4 +72,9 @@ def _writers_queue(engine):
             conn.exec_driver_sql('BEGIN IMMEDIATE')
             conn.info['in_transaction'] = True
 
-    sa.event.listen(engine, 'begin', begin, insert=True)
+    others = list(engine.dispatch.begin.listeners)
+    for fn in others:
+        sa.event.remove(engine, 'begin', fn)
+    sa.event.listen(engine, 'begin', begin)
+    for fn in others:
+        sa.event.listen(engine, 'begin', fn)
