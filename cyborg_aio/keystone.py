@@ -178,7 +178,9 @@ class Keystone:
                      ['credential_setup'] + owner)
         bootstrap = self._spawn_manage([
             'bootstrap', '--bootstrap-username', 'admin',
-            '--bootstrap-password', admin_password,
+            # One argument: a password may begin with '-' (token_urlsafe's
+            # alphabet has it), which argparse takes for an option.
+            '--bootstrap-password=' + admin_password,
             '--bootstrap-project-name', ADMIN_PROJECT,
             '--bootstrap-role-name', 'admin',
             '--bootstrap-region-id', REGION])
