@@ -298,11 +298,8 @@ def real_keystone(tmp_path_factory):
     """
     from cyborg_harness import keystone
     if not keystone.available():
-        message = ('the keystone package is not installed '
-                   "(pip install -e '.[test]')")
-        if dbs.required():
-            pytest.fail(message)
-        pytest.skip(message)
+        dbs.unavailable('the keystone package is not installed '
+                        "(pip install -e '.[test]')")
     server = keystone.Keystone(tmp_path_factory.mktemp('keystone')).start()
     _KEYSTONE_STARTS.append(server.start_seconds)
     yield server

@@ -9,19 +9,14 @@ errored at set-up).
 import json
 import os
 
-import pytest
-
 from cyborg_aio import keystone
 from tests import dbs
 
 
 def test_an_admin_password_beginning_with_a_dash(tmp_path):
     if not keystone.available():
-        message = ("the keystone package is not installed "
-                   "(pip install -e '.[test]')")
-        if dbs.required():
-            pytest.fail(message)
-        pytest.skip(message)
+        dbs.unavailable("the keystone package is not installed "
+                        "(pip install -e '.[test]')")
     # What an earlier start left, which start() reads back.
     with open(os.path.join(str(tmp_path), 'passwords.json'), 'w') as f:
         json.dump({'admin': '-T99rcTx6r3hixvJrRpLvA'}, f)
