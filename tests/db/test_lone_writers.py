@@ -3,11 +3,11 @@
 and PostgreSQL it runs in autocommit, where it commits on its own: one
 round trip, no BEGIN or COMMIT. Profile creates and deletes, the ARQ
 create of a known profile, the delete of one ARQ that holds no attach
-handle and a conductor's heartbeat are lone writers;
-what they write is committed and what they give back is what a read
-gives. A second statement is a
-programming error on every backend, and a connection lost while the
-statement is on its way leaves its outcome unknown, as a lost COMMIT does.
+handle and a conductor's heartbeat are lone writers; what they write is
+committed and what they give back is what a read gives. A second
+statement is a programming error on every backend, and a connection lost
+while the statement is on its way leaves its outcome unknown, as a lost
+COMMIT does.
 """
 
 import threading
