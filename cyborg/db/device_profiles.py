@@ -137,16 +137,22 @@ def list_stored(names=None, limit=None, marker=None):
 
 
 def groups_of(dp):
-    """The groups of a profile from list_stored()'s decode."""
+    """The groups of a profile read with its stored JSON text
+    (list_stored()'s decode, get_by_uuid(stored=True)).
+    """
     return json.loads(dp['profile_json'])['groups']
 
 
-def get_by_uuid(uuid):
-    return _found(api.read(_BY['uuid'], {'v': uuid}), 'uuid', uuid)
+def get_by_uuid(uuid, stored=False):
+    """The profile `uuid`; `stored`: with its stored JSON text
+    (`profile_json`, see groups_of()) instead of the decoded `groups`.
+    """
+    return _found(api.read(_BY['uuid'], {'v': uuid}), 'uuid', uuid, stored)
 
 
-def get_by_name(name):
-    return _found(api.read(_BY['name'], {'v': name}), 'name', name)
+def get_by_name(name, stored=False):
+    """The profile named `name`; `stored` as for get_by_uuid()."""
+    return _found(api.read(_BY['name'], {'v': name}), 'name', name, stored)
 
 
 _GROUPS_BY_NAME = api.Prepared(sa.select(
@@ -166,11 +172,11 @@ def find_groups_by_name(session, name):
             'groups': json.loads(profile_json)['groups']}
 
 
-def _found(result, key, value):
+def _found(result, key, value, stored):
     row = result.first()
     if row is None:
         raise exception.not_found('Device Profile', **{key: value})
-    return _decode(row)
+    return _decode(row, _NOT_DECODED if stored else None)
 
 
 def delete_by_uuid(uuid):

@@ -33,7 +33,7 @@ _lists = {}
 
 def list_body(base_url, rows=LIST_ROWS):
     """The JSON answer of the API's list of `rows` profiles as dp-list
-    makes them (cyborg.api.controllers.device_profiles.serialize).
+    makes them (cyborg.api.controllers.device_profiles.encode).
     """
     profiles = []
     for i in range(rows):

@@ -27,14 +27,26 @@ _FIELDS = ('uuid', 'state', 'device_profile_name', 'device_profile_group_id',
 STATE_REASON = (2, 5)
 
 
-def serialize(arq, url=None):
-    out = {k: arq[k] for k in _FIELDS}
-    if base.version() >= STATE_REASON:
-        out['state_reason'] = arq['bind_failure']
-    out['links'] = base.links('accelerator_requests', arq['uuid'], url=url)
-    out['created_at'] = base.isotime(arq['created_at'])
-    out['updated_at'] = base.isotime(arq['updated_at'])
-    return out
+# An ARQ in an answer: the JSON text json.dumps() would give of _FIELDS,
+# `state_reason` (from 2.5), `links` and the timestamps, in that order,
+# made with one format (see device_profiles.encode).
+_TAIL = ('"links": [{"href": %s, "rel": "self"}], "created_at": %s, '
+         '"updated_at": %s}')
+_ARQ = '{' + ''.join('"%s": %%s, ' % k for k in _FIELDS)
+_ARQ = {False: _ARQ + _TAIL, True: _ARQ + '"state_reason": %s, ' + _TAIL}
+
+
+def encode(arq, url=None):
+    """The JSON text of `arq` in an answer."""
+    value = base.json_value
+    out = [value(arq[k]) for k in _FIELDS]
+    with_reason = base.version() >= STATE_REASON
+    if with_reason:
+        out.append(value(arq['bind_failure']))
+    out += (value(base.self_href('accelerator_requests', arq['uuid'], url)),
+            value(base.isotime(arq['created_at'])),
+            value(base.isotime(arq['updated_at'])))
+    return _ARQ[with_reason] % tuple(out)
 
 
 def _visible_project():
@@ -142,7 +154,7 @@ class ARQController:
         base.authorize('cyborg:arq:get_one')
         base.query()
         base.require_uuid(self.uuid, 'accelerator request')
-        return serialize(db.get(self.uuid, _visible_project()))
+        return base.Encoded(encode(db.get(self.uuid, _visible_project())))
 
     @index.when(method='PATCH')
     @base.handler(202)
@@ -199,7 +211,7 @@ class ARQsController:
             raise exception.Locked(instance=instance)
         arqs = db.list_(project, instance, states, **base.pagination(params))
         url = base.base_url()
-        return {'arqs': [serialize(a, url) for a in arqs]}
+        return base.collection('arqs', [encode(a, url) for a in arqs])
 
     @index.when(method='POST')
     @base.handler(201)
@@ -224,7 +236,7 @@ class ARQsController:
         # One transaction reads the profile and inserts its ARQs.
         arqs = db.create_from_profile(name, plan, base.context().project_id)
         url = base.base_url()
-        return {'arqs': [serialize(a, url) for a in arqs]}
+        return base.collection('arqs', [encode(a, url) for a in arqs])
 
     @index.when(method='PATCH')
     @base.handler(202)

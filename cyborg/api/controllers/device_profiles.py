@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """/v2/device_profiles: named, global lists of request groups."""
 
+import json
 import re
 
 from oslo_utils import uuidutils
@@ -23,12 +24,52 @@ MAX_NAME = 255
 MAX_AMOUNT = 2 ** 31 - 1
 
 
-def serialize(dp, url=None):
-    return {'uuid': dp['uuid'], 'name': dp['name'],
-            'description': dp['description'], 'groups': dp['groups'],
-            'links': base.links('device_profiles', dp['uuid'], url=url),
-            'created_at': base.isotime(dp['created_at']),
-            'updated_at': base.isotime(dp['updated_at'])}
+# A profile in an answer: the JSON text json.dumps() would give of
+# {'uuid', 'name', 'description', 'groups', 'links': [{'href', 'rel':
+# 'self'}], 'created_at', 'updated_at'}, in that order (Cyborg's fields),
+# made with one format and each string quoted by json's C function: a
+# fifth of json.dumps' cost of the same dict, on every read of a profile.
+_PROFILE = ('{"uuid": %s, "name": %s, "description": %s, "groups": %s, '
+            '"links": [{"href": %s, "rel": "self"}], "created_at": %s, '
+            '"updated_at": %s}')
+
+
+def encode(dp, groups_json, url=None):
+    """The JSON text of profile `dp` (a dict of its columns) in an answer,
+    `groups_json` the JSON text of its groups.
+    """
+    uuid = dp['uuid']
+    value = base.json_value
+    return _PROFILE % (
+        value(uuid), value(dp['name']), value(dp['description']),
+        groups_json, value(base.self_href('device_profiles', uuid, url)),
+        value(base.isotime(dp['created_at'])),
+        value(base.isotime(dp['updated_at'])))
+
+
+# The JSON text of a profile's groups per stored profile_json text: the
+# profiles of a cloud share a handful of group lists, and decoding the
+# stored JSON to encode it again was half of encoding a profile. Texts
+# longer than _GROUPS_JSON_TEXT are not kept (at most
+# _GROUPS_JSON_SIZE of them are).
+_GROUPS_JSON = {}
+_GROUPS_JSON_SIZE = 1024
+_GROUPS_JSON_TEXT = 4096
+
+
+def _groups_json(dp):
+    """The JSON text of the groups of a profile read with its stored
+    text (`profile_json`).
+    """
+    stored = dp['profile_json']
+    text = _GROUPS_JSON.get(stored)
+    if text is None:
+        text = json.dumps(db.groups_of(dp))
+        if len(stored) <= _GROUPS_JSON_TEXT:
+            if len(_GROUPS_JSON) >= _GROUPS_JSON_SIZE:
+                _GROUPS_JSON.clear()
+            _GROUPS_JSON[stored] = text
+    return text
 
 
 # A profile never changes once created: its JSON in a list is kept per
@@ -110,10 +151,11 @@ class DeviceProfileController:
         # clients that send no version can show a profile by name. Anything
         # shaped like a uuid is looked up as one, at every version.
         if base.is_uuid_like(self.ident):
-            dp = db.get_by_uuid(self.ident)
+            dp = db.get_by_uuid(self.ident, stored=True)
         else:
-            dp = db.get_by_name(self.ident)
-        return {'device_profile': serialize(dp)}
+            dp = db.get_by_name(self.ident, stored=True)
+        return base.Encoded('{"device_profile": %s}'
+                            % encode(dp, _groups_json(dp)))
 
     @index.when(method='DELETE')
     @base.handler(204)
@@ -151,10 +193,10 @@ class DeviceProfilesController:
                                       **base.pagination(params))
         url = base.base_url()
 
-        def encode(row):
+        def encode_row(row):
             dp = decode(row)
-            return serialize(dict(dp, groups=db.groups_of(dp)), url)
-        return _LISTED.answer(rows, url, encode)
+            return encode(dp, _groups_json(dp), url)
+        return _LISTED.answer(rows, url, encode_row)
 
     @index.when(method='POST')
     @base.handler(201)
@@ -170,7 +212,7 @@ class DeviceProfilesController:
         dp = db.create(uuid=profile.get('uuid') or uuidutils.generate_uuid(),
                        name=profile['name'], groups=groups,
                        description=profile.get('description'))
-        return serialize(dp)
+        return base.Encoded(encode(dp, json.dumps(dp['groups'])))
 
     @index.when(method='DELETE')
     @base.handler(204)

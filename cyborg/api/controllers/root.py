@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """`/` and `/v2`: version documents (no auth), and routing to resources."""
 
+import json
+
 import pecan
 import pecan.routing
 import webob.exc
@@ -39,8 +41,8 @@ _ENCODED = base.EncodedCache(2048)
 
 
 def _document(name, url):
-    return base.Encoded(_ENCODED.get((name, url),
-                                     lambda: _DOCUMENTS[name](url)))
+    return base.Encoded(_ENCODED.get(
+        (name, url), lambda: json.dumps(_DOCUMENTS[name](url))))
 
 
 def answer_root(environ, start_response, request_cls):
