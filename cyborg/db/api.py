@@ -581,20 +581,23 @@ class Session:
         self._sa = None
         self._done = False
         self._autocommit = False
-        # A lone writer (writer(lone=True)) runs one statement, which on
-        # MariaDB and PostgreSQL commits on its own (_autocommitting).
+        # A lone writer (writer(lone=True)) runs one statement, which
+        # commits on its own (_autocommitting): SQLite's connections are
+        # in autocommit already (no BEGIN IMMEDIATE is sent), MariaDB's
+        # lone engine's always, PostgreSQL's for the statement.
         self._lone = lone
         self._statements = 0
-        self._autocommitting = lone and self.dialect.name != 'sqlite'
+        self._autocommitting = lone
         try:
             self._raw = engine.raw_connection()
         except self.dialect.loaded_dbapi.Error as e:
             _raise_driver_error(engine, e)
         try:
             if self.dialect.name == 'sqlite':
-                self._raw.driver_connection.execute(
-                    'BEGIN IMMEDIATE' if writing else 'BEGIN')
-                self._raw.info['in_transaction'] = True
+                if not lone:
+                    self._raw.driver_connection.execute(
+                        'BEGIN IMMEDIATE' if writing else 'BEGIN')
+                    self._raw.info['in_transaction'] = True
             elif self.dialect.driver == 'psycopg2':
                 try:
                     if self._autocommitting:
@@ -894,15 +897,19 @@ def writer(lone=False):
     without an exception, rolled back otherwise.
 
     lone=True: the caller runs one statement in it (a second raises
-    RuntimeError). On MariaDB and PostgreSQL that statement then runs in
-    autocommit, where it commits on its own: one round trip, where a
-    transaction's statement and COMMIT were two on MariaDB (on the
-    connections lone reads use, _autocommit_engine) and three on
-    PostgreSQL (BEGIN, the statement, COMMIT). It is as atomic and as
-    durable as in a transaction; only a connection lost while it is on
-    its way leaves its outcome unknown (CommitOutcomeUnknown), as a lost
-    COMMIT does. On SQLite it is a write transaction as any other: there
-    the BEGIN IMMEDIATE is what makes writers queue for the lock.
+    RuntimeError). That statement then runs in autocommit, where it
+    commits on its own: one round trip, where a transaction's statement
+    and COMMIT were two on MariaDB (on the connections lone reads use,
+    _autocommit_engine) and three on PostgreSQL (BEGIN, the statement,
+    COMMIT); on SQLite one call into the driver instead of three (BEGIN
+    IMMEDIATE, the statement, COMMIT). It is as atomic and as durable as
+    in a transaction (SQLite runs a statement outside one in a transaction
+    of its own, committed, with its fsync, when the statement ends); only
+    a connection lost while it is on its way leaves its outcome unknown
+    (CommitOutcomeUnknown), as a lost COMMIT does. On SQLite it still
+    takes its turn on the engine's _WriteLock first, as every writer
+    does, and a write lock held by another program is waited for as a
+    BEGIN IMMEDIATE waits for it (the busy timeout).
     """
     return _transaction(True, lone)
 

@@ -1,13 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""cyborg.db.api.writer(lone=True): a write of one statement. On MariaDB
-and PostgreSQL it runs in autocommit, where it commits on its own: one
-round trip, no BEGIN or COMMIT. Profile creates and deletes, the ARQ
-create of a known profile, the delete of one ARQ that holds no attach
-handle and a conductor's heartbeat are lone writers; what they write is
-committed and what they give back is what a read gives. A second
-statement is a programming error on every backend, and a connection lost
-while the statement is on its way leaves its outcome unknown, as a lost
-COMMIT does.
+"""cyborg.db.api.writer(lone=True): a write of one statement. It runs in
+autocommit, where it commits on its own: no BEGIN or COMMIT (on MariaDB
+and PostgreSQL one round trip; on SQLite after its turn on the engine's
+write lock). Profile creates and deletes, the ARQ create of a known
+profile, the delete of one ARQ that holds no attach handle and a
+conductor's heartbeat are lone writers; what they write is committed and
+what they give back is what a read gives. A second statement is a
+programming error on every backend, and a connection lost while the
+statement is on its way leaves its outcome unknown, as a lost COMMIT
+does.
 """
 
 import threading
@@ -169,6 +170,70 @@ def test_on_mariadb_it_is_one_statement_and_no_commit(mariadb, sent):
     with api.writer() as session:
         session.execute(INSERT, _values('in-a-transaction'))
     assert [sql.split()[0] for _, sql in sent] == ['INSERT', 'COMMIT']
+    assert _checked_in()
+
+
+def _traced(lone):
+    """The SQL the driver runs for a writer of one INSERT (its commit
+    included), and whether a transaction was open after the INSERT.
+    """
+    sent = []
+    with api.writer(lone=lone) as session:
+        conn = session._raw.driver_connection
+        conn.set_trace_callback(sent.append)
+        session.execute(INSERT, _values('traced-%s' % lone))
+        open_after = conn.in_transaction
+    conn.set_trace_callback(None)
+    return [sql.split()[0] for sql in sent], open_after
+
+
+def test_on_sqlite_it_is_one_statement_and_no_transaction(sqlite_database):
+    # Committed as it ended: no transaction is left open, and none is
+    # begun or committed (the BEGIN IMMEDIATE ran before the trace).
+    assert _traced(lone=True) == (['INSERT'], False)
+    assert _traced(lone=False) == (['INSERT', 'COMMIT'], True)
+    assert api.read(COUNT).scalar() == 2
+    assert _checked_in()
+
+
+def test_on_sqlite_lone_writers_take_their_turn_on_the_write_lock(
+        sqlite_database):
+    """Another thread's writer holds the database: lone writers (profile
+    creates) wait on the engine's write lock, with SQLite's own busy wait
+    off, and all succeed once it is done.
+    """
+    engine = api.get_engine()
+
+    def no_busy_wait(dbapi_conn, record, proxy):
+        dbapi_conn.execute('PRAGMA busy_timeout=0')
+
+    holding = threading.Event()
+
+    def hold():
+        with api.writer() as session:
+            session.execute(INSERT, _values('holder'))
+            holding.set()
+            time.sleep(0.3)
+
+    sa.event.listen(engine, 'checkout', no_busy_wait)
+    try:
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert holding.wait(10)
+        made = []
+        creators = [threading.Thread(target=lambda i=i: made.append(
+            device_profiles.create(uuidutils.generate_uuid(), 'turn-%d' % i,
+                                   [])))
+                    for i in range(4)]
+        for t in creators:
+            t.start()
+        for t in creators + [holder]:
+            t.join(30)
+    finally:
+        sa.event.remove(engine, 'checkout', no_busy_wait)
+    assert sorted(p['name'] for p in made) == ['turn-%d' % i
+                                               for i in range(4)]
+    assert api.read(COUNT).scalar() == 5
     assert _checked_in()
 
 
