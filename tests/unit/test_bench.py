@@ -181,6 +181,9 @@ def test_summaries_are_nearest_rank_in_ms():
             summary['mean_ms']) == (5, 3.0, 5.0, 3.0)
     assert stats.summarize([]) == {'n': 0}
     assert stats.fmt(summary, 'p90_ms') == '5.0'
+    # To the microsecond: 84 µs and 89 µs are not both 0.09 ms.
+    assert [stats.summarize([s])['p50_ms'] for s in (84e-6, 89e-6)] == [
+        0.084, 0.089]
     assert stats.fmt({}, 'p90_ms') == '—'
 
 
