@@ -297,9 +297,7 @@ def real_keystone(tmp_path_factory):
     for every service (CYBORG_TEST_REQUIRE_DBS=1).
     """
     from cyborg_harness import keystone
-    if not keystone.available():
-        dbs.unavailable('the keystone package is not installed '
-                        "(pip install -e '.[test]')")
+    dbs.require_keystone()
     server = keystone.Keystone(tmp_path_factory.mktemp('keystone')).start()
     _KEYSTONE_STARTS.append(server.start_seconds)
     yield server

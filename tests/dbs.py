@@ -29,6 +29,33 @@ def unavailable(message):
     pytest.skip(message)
 
 
+def require_keystone():
+    """Skip the test (or fail it where every service is required) unless
+    the keystone package is installed.
+    """
+    from cyborg_harness import keystone
+    if not keystone.available():
+        unavailable("the keystone package is not installed "
+                    "(pip install -e '.[test]')")
+
+
+def without_sqlite_busy_wait(fn):
+    """fn() with SQLite's own busy wait off on the service's engine
+    (cyborg.db.api): a writer that met a busy database would fail at once.
+    """
+    from cyborg.db import api
+    engine = api.get_engine()
+
+    def no_busy_wait(dbapi_conn, record, proxy):
+        dbapi_conn.execute('PRAGMA busy_timeout=0')
+
+    sa.event.listen(engine, 'checkout', no_busy_wait)
+    try:
+        return fn()
+    finally:
+        sa.event.remove(engine, 'checkout', no_busy_wait)
+
+
 def new(backend, **kwargs):
     """A fresh (unmigrated) databases.Database; skips or fails if the
     backend cannot be reached.

@@ -16,6 +16,7 @@ from cyborg.db import api
 from cyborg.db import arqs
 from cyborg.db import device_profiles
 from tests.db import seed
+from tests import dbs
 from tests import racing
 
 ROUNDS = 10
@@ -184,22 +185,6 @@ def test_writers_queue_instead_of_failing(database):
     assert len(arqs.list_()) == 8
 
 
-def _without_busy_wait(fn):
-    """fn() with SQLite's own busy wait off: a writer that met a busy
-    database would fail at once.
-    """
-    engine = api.get_engine()
-
-    def no_busy_wait(dbapi_conn, record, proxy):
-        dbapi_conn.execute('PRAGMA busy_timeout=0')
-
-    sa.event.listen(engine, 'checkout', no_busy_wait)
-    try:
-        return fn()
-    finally:
-        sa.event.remove(engine, 'checkout', no_busy_wait)
-
-
 def _hold_write_lock(dp, seconds):
     with api.writer() as session:
         session.execute(seed.DP.update().where(seed.DP.c.id == dp['id'])
@@ -217,7 +202,7 @@ def test_sqlite_writers_of_one_process_take_turns(sqlite_database):
         _hold_write_lock(dp, 0.02)
         return arqs.create(dp['id'], [1], 'p')
 
-    outcomes = _without_busy_wait(
+    outcomes = dbs.without_sqlite_busy_wait(
         lambda: racing.race([slow_create] * 6))
     assert [kind for kind, _ in outcomes] == ['ok'] * 6, outcomes
     assert len(arqs.list_()) == 6
@@ -246,7 +231,8 @@ def test_sqlite_writers_of_two_processes_take_turns(sqlite_database):
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == 'writing\n'
-        created = _without_busy_wait(lambda: arqs.create(dp['id'], [1], 'p'))
+        created = dbs.without_sqlite_busy_wait(
+            lambda: arqs.create(dp['id'], [1], 'p'))
     finally:
         holder.wait(30)
     assert holder.returncode == 0

@@ -202,11 +202,6 @@ def test_on_sqlite_lone_writers_take_their_turn_on_the_write_lock(
     creates) wait on the engine's write lock, with SQLite's own busy wait
     off, and all succeed once it is done.
     """
-    engine = api.get_engine()
-
-    def no_busy_wait(dbapi_conn, record, proxy):
-        dbapi_conn.execute('PRAGMA busy_timeout=0')
-
     holding = threading.Event()
 
     def hold():
@@ -215,12 +210,12 @@ def test_on_sqlite_lone_writers_take_their_turn_on_the_write_lock(
             holding.set()
             time.sleep(0.3)
 
-    sa.event.listen(engine, 'checkout', no_busy_wait)
-    try:
+    made = []
+
+    def race():
         holder = threading.Thread(target=hold)
         holder.start()
         assert holding.wait(10)
-        made = []
         creators = [threading.Thread(target=lambda i=i: made.append(
             device_profiles.create(uuidutils.generate_uuid(), 'turn-%d' % i,
                                    [])))
@@ -229,8 +224,8 @@ def test_on_sqlite_lone_writers_take_their_turn_on_the_write_lock(
             t.start()
         for t in creators + [holder]:
             t.join(30)
-    finally:
-        sa.event.remove(engine, 'checkout', no_busy_wait)
+
+    dbs.without_sqlite_busy_wait(race)
     assert sorted(p['name'] for p in made) == ['turn-%d' % i
                                                for i in range(4)]
     assert api.read(COUNT).scalar() == 5

@@ -14,9 +14,7 @@ from tests import dbs
 
 
 def test_an_admin_password_beginning_with_a_dash(tmp_path):
-    if not keystone.available():
-        dbs.unavailable("the keystone package is not installed "
-                        "(pip install -e '.[test]')")
+    dbs.require_keystone()
     # What an earlier start left, which start() reads back.
     with open(os.path.join(str(tmp_path), 'passwords.json'), 'w') as f:
         json.dump({'admin': '-T99rcTx6r3hixvJrRpLvA'}, f)
