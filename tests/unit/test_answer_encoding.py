@@ -93,17 +93,17 @@ def test_a_profile_read_with_its_stored_text_in_another_form():
 
 
 def test_the_groups_texts_kept_stay_within_bounds(monkeypatch):
-    monkeypatch.setattr(device_profiles, '_GROUPS_JSON', {})
-    monkeypatch.setattr(device_profiles, '_GROUPS_JSON_SIZE', 3)
+    kept = base.EncodedCache(size=3)
+    monkeypatch.setattr(device_profiles, '_GROUPS_JSON', kept)
     for n in range(10):
         dp = {'profile_json': json.dumps({'groups': [{'n': str(n)}]})}
         assert device_profiles._groups_json(dp) == '[{"n": "%d"}]' % n
-        assert 1 <= len(device_profiles._GROUPS_JSON) <= 3
+        assert 1 <= len(kept._items) <= 3
     # A stored text longer than what is kept is encoded, not kept.
     long = {'profile_json': json.dumps({'groups': [{'d': 'x' * 5000}]})}
     assert json.loads(device_profiles._groups_json(long)) == [
         {'d': 'x' * 5000}]
-    assert long['profile_json'] not in device_profiles._GROUPS_JSON
+    assert long['profile_json'] not in kept._items
 
 
 def test_json_value_is_json_dumps():

@@ -30,10 +30,11 @@ STATE_REASON = (2, 5)
 # An ARQ in an answer: the JSON text json.dumps() would give of _FIELDS,
 # `state_reason` (from 2.5), `links` and the timestamps, in that order,
 # made with one format (see device_profiles.encode).
+_HEAD = '{' + ''.join('"%s": %%s, ' % k for k in _FIELDS)
 _TAIL = ('"links": [{"href": %s, "rel": "self"}], "created_at": %s, '
          '"updated_at": %s}')
-_ARQ = '{' + ''.join('"%s": %%s, ' % k for k in _FIELDS)
-_ARQ = {False: _ARQ + _TAIL, True: _ARQ + '"state_reason": %s, ' + _TAIL}
+# By whether the answer has state_reason.
+_ARQ = {False: _HEAD + _TAIL, True: _HEAD + '"state_reason": %s, ' + _TAIL}
 
 
 def encode(arq, url=None):

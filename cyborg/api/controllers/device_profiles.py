@@ -50,10 +50,8 @@ def encode(dp, groups_json, url=None):
 # The JSON text of a profile's groups per stored profile_json text: the
 # profiles of a cloud share a handful of group lists, and decoding the
 # stored JSON to encode it again was half of encoding a profile. Texts
-# longer than _GROUPS_JSON_TEXT are not kept (at most
-# _GROUPS_JSON_SIZE of them are).
-_GROUPS_JSON = {}
-_GROUPS_JSON_SIZE = 1024
+# longer than _GROUPS_JSON_TEXT are not kept.
+_GROUPS_JSON = base.EncodedCache(1024)
 _GROUPS_JSON_TEXT = 4096
 
 
@@ -62,14 +60,12 @@ def _groups_json(dp):
     text (`profile_json`).
     """
     stored = dp['profile_json']
-    text = _GROUPS_JSON.get(stored)
-    if text is None:
-        text = json.dumps(db.groups_of(dp))
-        if len(stored) <= _GROUPS_JSON_TEXT:
-            if len(_GROUPS_JSON) >= _GROUPS_JSON_SIZE:
-                _GROUPS_JSON.clear()
-            _GROUPS_JSON[stored] = text
-    return text
+
+    def encode():
+        return json.dumps(db.groups_of(dp))
+    if len(stored) > _GROUPS_JSON_TEXT:
+        return encode()
+    return _GROUPS_JSON.get(stored, encode)
 
 
 # A profile never changes once created: its JSON in a list is kept per
