@@ -21,18 +21,18 @@ Each worker answers GET DUMP_PATH (untimed) with what it kept, and the
 runner asks until every worker has answered. See docs/performance.md
 ("Where a request's time goes under uWSGI"). --workloads '' runs none.
 
---outside N: then, and first against the floor app under the same
-uWSGI (once per --floor-spin value: busy that many µs per request
-before it answers, as long as one of ours but without our code), a
-client of its own sends N requests of each kind one after the
-other (GET /; POST, then GET, of N profiles) and notes when each left it
-and when its answer was read (time.perf_counter_ns, the monotonic clock
-every process shares); the worker notes when it called the application
-and when that returned. Matched request by request, that is where the
-time the client sees goes: before the application is called (the
-client's encoding and send, its connect, the kernel, uWSGI's accept and
-parsing), in it, and after it (uWSGI's write, the client's read and
-decoding).
+--outside N: first, against the floor app under the same uWSGI (once
+per --floor-spin value: busy that many µs per request before it
+answers, as long as one of ours but without our code) and then against
+the API without the marks (as it is served), a client of its own sends
+N requests of each kind one after the other (GET /; POST, then GET, of
+N profiles) and notes when each left it and when its answer was read
+(time.perf_counter_ns, the monotonic clock every process shares); the
+worker notes when it called the application and when that returned.
+Matched request by request, that is where the time the client sees
+goes: before the application is called (the client's encoding and
+send, its connect, the kernel, uWSGI's accept and parsing), in it, and
+after it (uWSGI's write, the client's read and decoding).
 """
 
 import bisect
@@ -125,6 +125,11 @@ def install():
 class Timed:
     """A WSGI app around `app` that keeps, per request kind (method and
     route template), every segment's durations in ns.
+
+    A call only notes its clock readings and marks; they are made into
+    segments when asked for (kept()): what runs between the application's
+    return and uWSGI's write of the answer is what an unmarked app runs
+    there, not this bookkeeping (counted as "after it" by --outside).
     """
 
     def __init__(self, app):
@@ -134,30 +139,41 @@ class Timed:
         self.orders = {}
         # Per request kind, [called, returned] of every call.
         self.spans = collections.defaultdict(list)
+        # (method, path, called, returned, marks) of calls not yet made
+        # into segments.
+        self._calls = []
 
     def __call__(self, environ, start_response):
-        from cyborg.api import metrics
         del _marks[:]
         started = _now()
         body = self.app(environ, start_response)
         ended = _now()
-        kind = '%s %s' % (environ.get('REQUEST_METHOD'),
-                          metrics.route(environ.get('PATH_INFO') or '/'))
-        self.spans[kind].append([started, ended])
-        segments = self.segments[kind]
-        order = []
-        previous = ('start', started)
-        for name, at in _marks + [('end', ended)]:
-            segment = '%s .. %s' % (previous[0], name)
-            segments[segment].append(at - previous[1])
-            order.append(segment)
-            previous = (name, at)
-        segments['TOTAL'].append(ended - started)
-        self.orders.setdefault(kind, order)
+        self._calls.append((environ.get('REQUEST_METHOD'),
+                            environ.get('PATH_INFO'), started, ended,
+                            _marks[:]))
         return body
+
+    def _digest(self):
+        """The calls noted so far, made into segments and spans."""
+        from cyborg.api import metrics
+        calls, self._calls = self._calls, []
+        for method, path, started, ended, marks in calls:
+            kind = '%s %s' % (method, metrics.route(path or '/'))
+            self.spans[kind].append([started, ended])
+            segments = self.segments[kind]
+            order = []
+            previous = ('start', started)
+            for name, at in marks + [('end', ended)]:
+                segment = '%s .. %s' % (previous[0], name)
+                segments[segment].append(at - previous[1])
+                order.append(segment)
+                previous = (name, at)
+            segments['TOTAL'].append(ended - started)
+            self.orders.setdefault(kind, order)
 
     def kept(self):
         """What the worker answers at DUMP_PATH."""
+        self._digest()
         return {'pid': os.getpid(), 'segments': self.segments,
                 'orders': self.orders, 'spans': self.spans}
 
@@ -172,6 +188,7 @@ class Timed:
 
     def medians(self):
         """{kind: [(segment, median µs, count)]}, in a request's order."""
+        self._digest()
         out = {}
         for kind, segments in self.segments.items():
             names = list(dict.fromkeys(
@@ -201,10 +218,14 @@ def _timed(app):
     return application
 
 
-def _marked_api():
-    install()
+def _api():
     from cyborg.wsgi import api
     return api.application
+
+
+def _marked_api():
+    install()
+    return _api()
 
 
 # The floor app's busy time per request, in µs (--floor-spin).
@@ -229,9 +250,11 @@ def _floor():
     return spinning
 
 
-# The API (cyborg.wsgi.api), its layers marked; and the floor app
-# (cyborg.wsgi.floor), unmarked: what uWSGI serves.
+# What uWSGI serves: the API (cyborg.wsgi.api) with its layers marked,
+# for the segments; the API unmarked, for --outside (a mark costs about
+# a microsecond, some 30 a request); the floor app (cyborg.wsgi.floor).
 application = _timed(_marked_api)
+plain_application = _timed(_api)
 floor_application = _timed(_floor)
 
 
@@ -346,6 +369,17 @@ def run(args):
             rows.append(('floor' + (' spinning %d µs' % spin if spin else ''),
                          matched(noted, collect(url, args.workers).spans)))
             floor.stop()
+        if args.outside:
+            served = os.path.join(workdir, 'unmarked')
+            os.makedirs(served)
+            api, url, _ = side_by_side.start_ours(
+                served, args.workers,
+                module='cyborg_bench.layers:plain_application')
+            procs.append(api)
+            noted = outside(url, args.outside)
+            rows.append(('ours', matched(noted,
+                                         collect(url, args.workers).spans)))
+            api.stop()
         api, url, db_url = side_by_side.start_ours(
             workdir, args.workers, module='cyborg_bench.layers:application')
         procs.append(api)
@@ -353,11 +387,7 @@ def run(args):
             subprocess.run(side_by_side.BENCH + [
                 '--url', url, '--workloads', args.workloads, '--requests',
                 str(args.requests), '--seed-db', db_url], check=True)
-        noted = outside(url, args.outside) if args.outside else None
-        # Once, after everything: the segments and the --outside spans.
         kept = collect(url, args.workers)
-        if noted is not None:
-            rows.append(('ours', matched(noted, kept.spans)))
     finally:
         for proc in procs:
             proc.stop()
