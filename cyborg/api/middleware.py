@@ -7,8 +7,6 @@ adds them as they pass through start_response instead of building a webob
 request and response around the call.
 """
 
-import os
-
 from oslo_middleware import cors
 from oslo_middleware import request_id
 import webob
@@ -16,6 +14,7 @@ import webob
 from cyborg.api import errors
 from cyborg.api import microversion
 from cyborg.common import exception
+from cyborg.common import identifiers
 
 PUBLIC_PATHS = ('/', '/v2', '/v2/')
 # The environ key of the header whose global request id RequestId checks.
@@ -101,16 +100,9 @@ class PublicRoutes:
 
 def generate_request_id():
     """'req-' and a random (version 4) uuid, as oslo.context's
-    generate_request_id makes, from the same 16 random bytes with
-    string operations alone.
+    generate_request_id makes.
     """
-    h = os.urandom(16).hex()
-    return 'req-%s-%s-4%s-%s%s-%s' % (
-        h[:8], h[8:12], h[13:16], _VARIANT[h[16]], h[17:20], h[20:])
-
-
-# The uuid variant bits (10xx) over the first hex digit of the 4th group.
-_VARIANT = {d: '89ab'[int(d, 16) & 3] for d in '0123456789abcdef'}
+    return 'req-' + identifiers.new_uuid()
 
 
 class RequestId(request_id.RequestId):

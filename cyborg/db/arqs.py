@@ -9,10 +9,10 @@ import functools
 import json
 
 from oslo_db import exception as db_exc
-from oslo_utils import uuidutils
 import sqlalchemy as sa
 
 from cyborg.common import exception
+from cyborg.common import identifiers
 from cyborg.db import api
 from cyborg.db import device_profiles as dp_db
 from cyborg.db import models
@@ -243,7 +243,7 @@ def _new(counts, **columns):
     """The values of counts[g] new ARQs for each group index g, in group
     order: each a new uuid, state Initial, its group and `columns`.
     """
-    return [dict(columns, uuid=uuidutils.generate_uuid(), state='Initial',
+    return [dict(columns, uuid=identifiers.new_uuid(), state='Initial',
                  device_profile_group_id=group_id)
             for group_id, count in enumerate(counts) for _ in range(count)]
 

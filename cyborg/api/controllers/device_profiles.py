@@ -4,13 +4,13 @@
 import json
 import re
 
-from oslo_utils import uuidutils
 import pecan
 
 from cyborg.api.controllers import base
 from cyborg.api import profile_compat
 from cyborg.api.schemas import device_profiles as schema
 from cyborg.common import exception
+from cyborg.common import identifiers
 from cyborg.db import device_profiles as db
 
 NAME_RE = re.compile(r'^[a-zA-Z0-9-_]+$')
@@ -205,7 +205,7 @@ class DeviceProfilesController:
                                     'POST request for now.')
         profile = body[0]
         groups = profile_compat.translate_groups(validate(profile))
-        dp = db.create(uuid=profile.get('uuid') or uuidutils.generate_uuid(),
+        dp = db.create(uuid=profile.get('uuid') or identifiers.new_uuid(),
                        name=profile['name'], groups=groups,
                        description=profile.get('description'))
         return base.Encoded(encode(dp, json.dumps(dp['groups'])))
