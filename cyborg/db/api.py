@@ -588,6 +588,15 @@ class Session:
         self._lone = lone
         self._statements = 0
         self._autocommitting = lone
+        if lone:
+            # In autocommit from the start (SQLite's file engine, MariaDB's
+            # lone engine), a lone writer needs nothing of the connection
+            # but its statement: taken as read() takes one (pooling.take),
+            # without SQLAlchemy's proxy.
+            record = _take(engine)
+            if record is not None:
+                self._raw = _Taken(record)
+                return
         try:
             self._raw = engine.raw_connection()
         except self.dialect.loaded_dbapi.Error as e:
@@ -656,8 +665,22 @@ class Session:
         if self._sa is None:
             # Its autobegin finds the transaction begun (SQLite's listeners
             # see `in_transaction`; the other drivers begin implicitly).
-            self._sa = sa.engine.Connection(self.engine, self._raw)
+            self._sa = self._connection()
         return self._sa.execute(statement, params)
+
+    def _connection(self):
+        """A SQLAlchemy Connection on the session's pooled connection,
+        for what it runs through SQLAlchemy. A lone writer's taken
+        connection is given back for one checked out through SQLAlchemy's
+        proxy first: nothing has run on it yet.
+        """
+        if type(self._raw) is _Taken:
+            pooling.give_back(self._raw.record)
+            try:
+                self._raw = self.engine.raw_connection()
+            except self.dialect.loaded_dbapi.Error as e:
+                _raise_driver_error(self.engine, e)
+        return sa.engine.Connection(self.engine, self._raw)
 
     def _lone_statement(self, run, statement, params):
         """A lone writer's statement: its only one, which commits on its
@@ -701,7 +724,7 @@ class Session:
     def _run(self, prepared, params, stored=False):
         plan = prepared.compiled(self.dialect, _keys(prepared, params))
         if plan is None:
-            self._sa = sa.engine.Connection(self.engine, self._raw)
+            self._sa = self._connection()
             return self._sa.execute(prepared.statement, params)
         return _query(self.dialect, self._raw.driver_connection, plan,
                       params, stored, self._failed)
@@ -759,6 +782,40 @@ class Session:
             # transaction (what SQLAlchemy's own Connection.close() skips
             # the same way).
             self._raw._close_special(transaction_reset=ended)
+
+
+class _Taken:
+    """A connection from pooling.take() as a Session uses a pooled
+    connection of SQLAlchemy's (its proxy's driver_connection, info,
+    is_valid, invalidate and check-in), for a lone writer: nothing is
+    reset on its return, where no transaction is ever open.
+    """
+
+    __slots__ = ('record',)
+
+    def __init__(self, record):
+        self.record = record
+
+    @property
+    def driver_connection(self):
+        return self.record.dbapi_connection
+
+    @property
+    def info(self):
+        return self.record.info
+
+    @property
+    def is_valid(self):
+        return self.record.dbapi_connection is not None
+
+    def invalidate(self, e=None):
+        self.record.invalidate(e)
+
+    def close(self):
+        pooling.give_back(self.record)
+
+    def _close_special(self, transaction_reset=False):
+        self.close()
 
 
 def _autocommit_reads(raw):

@@ -24,6 +24,7 @@ from cyborg.db import api
 from cyborg.db import arqs
 from cyborg.db import conductors
 from cyborg.db import device_profiles
+from cyborg.db import pooling
 from tests.db import seed
 from tests import dbs
 
@@ -66,6 +67,35 @@ def test_its_statement_is_committed(database):
         assert session.execute(INSERT, values).rowcount == 1
     assert _committed(database, values['uuid'])
     assert _checked_in()
+
+
+def test_it_takes_its_connection_as_a_read_does(database, monkeypatch):
+    """Where its engine's pool is a pooling.Pool (SQLite's file engine,
+    MariaDB's lone engine), its connection comes from pooling.take(),
+    without SQLAlchemy's proxy around it; a statement SQLAlchemy runs
+    gets one through the proxy instead. Every connection comes back.
+    """
+    taken = type(api._lone_engine().pool) is pooling.Pool
+    assert taken == (database.backend in ('sqlite', 'mysql'))
+    proxied = []
+    checkout = sa.engine.Engine.raw_connection
+
+    def counted(engine):
+        proxied.append(engine)
+        return checkout(engine)
+    monkeypatch.setattr(sa.engine.Engine, 'raw_connection', counted)
+    values = _values('taken')
+    with api.writer(lone=True) as session:
+        assert session.execute(INSERT, values).rowcount == 1
+    assert len(proxied) == (0 if taken else 1)
+    assert _checked_in()
+    del proxied[:]
+    with api.writer(lone=True) as session:
+        assert session.execute(sa.select(DP.c.uuid).where(
+            DP.c.uuid == values['uuid'])).scalar() == values['uuid']
+    assert len(proxied) == 1
+    assert _checked_in()
+    assert _committed(database, values['uuid'])
 
 
 def test_a_second_statement_is_refused(database):
