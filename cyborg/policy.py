@@ -57,11 +57,16 @@ class Enforcer(policy.Enforcer):
     directory, a third of an authorization); an edited policy.yaml still
     applies without a restart. And while the rules stay the same it
     remembers each decision per (action, target, credentials), since
-    oslo.policy inspects the signature of every check it evaluates. Rules
-    with checks that ask elsewhere (http:) are never remembered.
+    oslo.policy inspects the signature of every check it evaluates: what
+    it remembers is forgotten when a look for changes found one, not at
+    every look. Rules with checks that ask elsewhere (http:) are never
+    remembered.
     """
 
     _next_check = 0.0
+    # How many times the rules were set (set_rules): a reload that found
+    # an edited file sets them.
+    _sets = 0
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -71,15 +76,24 @@ class Enforcer(policy.Enforcer):
         self._decisions = {}
         self._memo_ok = None
 
+    def _rules_seen(self):
+        # The rules are set anew (set_rules, a new Rules), or grow (a
+        # default registered since the last load): never changed in place
+        # otherwise.
+        return self._sets, id(self.rules), len(self.rules)
+
     def load_rules(self, force_reload=False):
         now = time.monotonic()
         if force_reload or not self.rules or now >= self._next_check:
+            seen = self._rules_seen()
             super().load_rules(force_reload)
             self._next_check = now + RECHECK_SECONDS
-            self._forget()
+            if force_reload or self._rules_seen() != seen:
+                self._forget()
 
     def set_rules(self, *args, **kwargs):
         super().set_rules(*args, **kwargs)
+        self._sets += 1
         self._forget()
 
     def clear(self):

@@ -3,12 +3,14 @@
 enforce, asked once per (action, target, credentials).
 """
 
+import os
 from unittest import mock
 
 from oslo_policy import policy as oslo_policy
 import pytest
 
 from cyborg.common import exception
+from cyborg.conf import CONF
 from cyborg import context
 from cyborg import policy
 
@@ -60,3 +62,48 @@ def test_invalid_scope_raised_by_check_only(enforcer):
                 enforcer.check('cyborg:arq:delete_bound', target, ctx)
         assert enforcer.allowed('cyborg:arq:delete_bound', target,
                                 ctx) is False
+
+
+def _rule(path, check, at):
+    """Write `check` as the profile create rule into `path`, marked as
+    modified at `at` (oslo.policy notices an edit by the file's mtime).
+    """
+    path.write_text('"cyborg:device_profile:create": "%s"\n' % check)
+    os.utime(path, (at, at))
+
+
+def test_an_edited_policy_file_applies_without_a_restart(tmp_path):
+    path = tmp_path / 'policy.yaml'
+    _rule(path, '!', 1000000)
+    CONF.set_override('policy_file', str(path), group='oslo_policy')
+    policy.reset()
+    enforcer = policy.get_enforcer()
+    ctx = context.RequestContext(**ADMIN)
+    assert enforcer.check('cyborg:device_profile:create', {}, ctx) is False
+    _rule(path, '@', 2000000)
+    # Within RECHECK_SECONDS the file is not looked at again.
+    assert enforcer.check('cyborg:device_profile:create', {}, ctx) is False
+    enforcer._next_check = 0.0
+    assert enforcer.check('cyborg:device_profile:create', {}, ctx) is True
+
+
+def test_a_look_that_finds_no_change_keeps_the_decisions(enforcer):
+    ctx = context.RequestContext(**MEMBER)
+    target = {'project_id': ctx.project_id}
+    with mock.patch.object(enforcer, 'enforce',
+                           wraps=enforcer.enforce) as enforce, \
+            mock.patch.object(oslo_policy.Enforcer, 'load_rules',
+                              autospec=True,
+                              side_effect=oslo_policy.Enforcer.load_rules
+                              ) as looked:
+        for _ in range(3):
+            enforcer._next_check = 0.0
+            enforcer.check('cyborg:arq:delete_bound', target, ctx)
+    assert looked.call_count == 3
+    assert enforce.call_count == 1
+    # A rule set anew (what a reload that found an edit does) is not.
+    enforcer.set_rules(dict(enforcer.rules))
+    with mock.patch.object(enforcer, 'enforce',
+                           wraps=enforcer.enforce) as enforce:
+        enforcer.check('cyborg:arq:delete_bound', target, ctx)
+    assert enforce.call_count == 1
