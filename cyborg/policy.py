@@ -76,19 +76,17 @@ class Enforcer(policy.Enforcer):
         self._decisions = {}
         self._memo_ok = None
 
-    def _rules_seen(self):
-        # The rules are set anew (set_rules, a new Rules), or grow (a
-        # default registered since the last load): never changed in place
-        # otherwise.
-        return self._sets, id(self.rules), len(self.rules)
-
     def load_rules(self, force_reload=False):
         now = time.monotonic()
         if force_reload or not self.rules or now >= self._next_check:
-            seen = self._rules_seen()
+            # The rules change by being set anew (set_rules, a new Rules)
+            # or by growing (a default registered since the last load),
+            # never in place otherwise.
+            rules, sets, size = self.rules, self._sets, len(self.rules)
             super().load_rules(force_reload)
             self._next_check = now + RECHECK_SECONDS
-            if force_reload or self._rules_seen() != seen:
+            if (force_reload or self.rules is not rules
+                    or self._sets != sets or len(self.rules) != size):
                 self._forget()
 
     def set_rules(self, *args, **kwargs):
