@@ -675,7 +675,7 @@ class Session:
         proxy first: nothing has run on it yet.
         """
         if type(self._raw) is _Taken:
-            pooling.give_back(self._raw.record)
+            self._raw.close()
             try:
                 self._raw = self.engine.raw_connection()
             except self.dialect.loaded_dbapi.Error as e:
@@ -789,6 +789,11 @@ class _Taken:
     connection of SQLAlchemy's (its proxy's driver_connection, info,
     is_valid, invalidate and check-in), for a lone writer: nothing is
     reset on its return, where no transaction is ever open.
+
+    It is given back once: after that (Session._connection gives it back
+    before checking one out through the proxy, which may fail) it is no
+    longer valid, and its info is not the pool record's, which another
+    session may hold by then.
     """
 
     __slots__ = ('record',)
@@ -802,17 +807,20 @@ class _Taken:
 
     @property
     def info(self):
-        return self.record.info
+        return self.record.info if self.record is not None else {}
 
     @property
     def is_valid(self):
-        return self.record.dbapi_connection is not None
+        return self.record is not None and \
+            self.record.dbapi_connection is not None
 
     def invalidate(self, e=None):
         self.record.invalidate(e)
 
     def close(self):
-        pooling.give_back(self.record)
+        record, self.record = self.record, None
+        if record is not None:
+            pooling.give_back(record)
 
     def _close_special(self, transaction_reset=False):
         self.close()

@@ -98,6 +98,36 @@ def test_it_takes_its_connection_as_a_read_does(database, monkeypatch):
     assert _committed(database, values['uuid'])
 
 
+def test_a_failed_checkout_through_the_proxy_gives_nothing_back_twice(
+        database, monkeypatch):
+    """A statement SQLAlchemy runs gives the taken connection back before
+    it checks one out through the proxy: when that checkout fails, the
+    taken one is not given back again as the session ends (the pool
+    would hand one connection to two sessions).
+    """
+    if type(api._lone_engine().pool) is not pooling.Pool:
+        pytest.skip('a connection taken without the proxy only')
+    dbapi = api._lone_engine().dialect.loaded_dbapi
+    # What each driver raises for a connection it cannot open.
+    error = dbapi.OperationalError(
+        *((2003, "Can't connect to MySQL server on '127.0.0.1'")
+          if database.backend == 'mysql'
+          else ('unable to open database file',)))
+
+    def refused(engine):
+        raise error
+    monkeypatch.setattr(sa.engine.Engine, 'raw_connection', refused)
+    with pytest.raises(db_exc.DBError):
+        with api.writer(lone=True) as session:
+            session.execute(sa.select(DP.c.uuid))
+    monkeypatch.undo()
+    assert _checked_in()
+    values = _values('after-a-failed-checkout')
+    with api.writer(lone=True) as session:
+        session.execute(INSERT, values)
+    assert _checked_in()
+
+
 def test_a_second_statement_is_refused(database):
     values = _values('second')
     with pytest.raises(RuntimeError, match='one statement'):
