@@ -597,10 +597,7 @@ class Session:
             if record is not None:
                 self._raw = _Taken(record)
                 return
-        try:
-            self._raw = engine.raw_connection()
-        except self.dialect.loaded_dbapi.Error as e:
-            _raise_driver_error(engine, e)
+        self._raw = _proxied(engine)
         try:
             if self.dialect.name == 'sqlite':
                 if not lone:
@@ -676,10 +673,7 @@ class Session:
         """
         if type(self._raw) is _Taken:
             self._raw.close()
-            try:
-                self._raw = self.engine.raw_connection()
-            except self.dialect.loaded_dbapi.Error as e:
-                _raise_driver_error(self.engine, e)
+            self._raw = _proxied(self.engine)
         return sa.engine.Connection(self.engine, self._raw)
 
     def _lone_statement(self, run, statement, params):
@@ -1086,6 +1080,17 @@ def _take(engine):
     """
     try:
         return pooling.take(engine)
+    except engine.dialect.loaded_dbapi.Error as e:
+        _raise_driver_error(engine, e)
+
+
+def _proxied(engine):
+    """A pooled connection checked out through SQLAlchemy's proxy
+    (engine.raw_connection()), its driver's errors translated as _take()
+    translates them.
+    """
+    try:
+        return engine.raw_connection()
     except engine.dialect.loaded_dbapi.Error as e:
         _raise_driver_error(engine, e)
 
