@@ -128,7 +128,19 @@ class _Pecan(pecan.Pecan):
         if environ.get('PATH_INFO') == '/' and environ.get(
                 'REQUEST_METHOD') == 'GET':
             return root.answer_root(environ, start_response, _Request)
-        return super().__call__(environ, start_response)
+        try:
+            return super().__call__(environ, start_response)
+        finally:
+            # pecan keeps its request and response in the environ
+            # ('pecan.locals'), and the request keeps the environ; webob
+            # keeps a query string's parameters there too, a dict that
+            # keeps the environ. Cycles: every request's environ, request,
+            # response and context waited for the cyclic garbage
+            # collector instead of being freed when the server drops the
+            # environ. Nothing reads them once the answer is made (of
+            # pecan, only its debug middleware, not used here).
+            environ.pop('pecan.locals', None)
+            environ.pop('webob._parsed_query_vars', None)
 
     def find_controller(self, _state):
         # The handler of a CRUD path (a collection or one of its items:
