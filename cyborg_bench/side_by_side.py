@@ -926,13 +926,27 @@ def add_arguments(parser):
                              'side that goes first alternating; the table '
                              'shows medians (default 1: one run of each, '
                              'one after the other)')
+    parser.add_argument('--requests', type=_positive, metavar='N',
+                        help='operations per one-client workload and side, '
+                             'split over the rounds (default 300; 30 with '
+                             '--quick)')
     parser.add_argument('--json', metavar='FILE')
     parser.add_argument('--keep', action='store_true',
                         help='keep the temp dir (logs, databases)')
 
 
-def run(args):
+def profile_of(args):
+    """The counts of a run: --quick's or the full ones, with --requests
+    in place of the profile's requests per workload and side.
+    """
     p = PROFILES['quick' if args.quick else 'full']
+    if args.requests:
+        p = dict(p, requests=args.requests)
+    return p
+
+
+def run(args):
+    p = profile_of(args)
 
     started = time.perf_counter()
     versions = None if args.skip_reference else ensure_ref_venv()

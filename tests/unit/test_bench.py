@@ -4,6 +4,7 @@ process (the shape of its JSON, wrong answers counted as errors), the
 subcommands' arguments and the pieces they share. Nothing is timed.
 """
 
+import argparse
 import json
 import socketserver
 import threading
@@ -583,3 +584,19 @@ def test_profile_times_only_the_calls_after_each_eviction():
                      ('evict',), ('op', 2, 1), ('evict',), ('op', 3, 1),
                      ('evict',), ('op', 4, 1)]
     assert wall > 0 and stats is None
+
+
+def test_side_by_side_requests_replace_the_profiles():
+    parser = argparse.ArgumentParser()
+    side_by_side.add_arguments(parser)
+    full = side_by_side.profile_of(parser.parse_args([]))
+    assert full == side_by_side.PROFILES['full']
+    more = side_by_side.profile_of(parser.parse_args(
+        ['--requests', '1500', '--rounds', '5']))
+    assert more == dict(side_by_side.PROFILES['full'], requests=1500)
+    quick = side_by_side.profile_of(parser.parse_args(
+        ['--quick', '--requests', '60']))
+    assert quick['requests'] == 60
+    assert quick['sizes'] == side_by_side.PROFILES['quick']['sizes']
+    with pytest.raises(SystemExit):
+        parser.parse_args(['--requests', '0'])
