@@ -19,8 +19,9 @@ from cyborg.conf import CONF
 MISSING = '00000000-0000-0000-0000-000000000000'
 
 
-def _call(app, method, path, body=None):
-    environ = webob.Request.blank(path, method=method).environ
+def _call(app, method, path, body=None, headers=None):
+    environ = webob.Request.blank(path, method=method,
+                                  headers=headers or {}).environ
     if body is not None:
         data = json.dumps(body).encode()
         environ['wsgi.input'] = io.BytesIO(data)
@@ -35,12 +36,12 @@ def _call(app, method, path, body=None):
     return int(got[0][:3]), data
 
 
-def _unreachable_after(app, method, path, body=None):
+def unreachable_after(app, method, path, body=None, headers=None):
     """(status, the objects one request left in reference cycles)."""
     gc.collect()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
-        status, _ = _call(app, method, path, body)
+        status, _ = _call(app, method, path, body, headers)
         gc.collect()
         left = list(gc.garbage)
     finally:
@@ -87,7 +88,7 @@ def test_a_request_leaves_no_cycles(app, profile, method, path, body,
     # statements, remembered decisions): not garbage.
     if method in ('GET', 'PUT'):
         _call(app, method, path, body)
-    status, left = _unreachable_after(app, method, path, body)
+    status, left = unreachable_after(app, method, path, body)
     assert status == expected
     assert left == [], sorted({type(o).__name__ for o in left})
 
