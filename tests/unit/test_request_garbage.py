@@ -3,7 +3,7 @@
 is freed by reference counting when the server drops its environ, so a
 server's workers do not stop every few dozen requests to collect the
 environs, requests, responses and contexts of earlier ones (gunicorn's
-sync worker and wsgiref drop the environ; uWSGI also clears it).
+sync worker and cheroot drop the environ; uWSGI also clears it).
 """
 
 import gc
