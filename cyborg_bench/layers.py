@@ -353,6 +353,14 @@ def outside_table(rows):
     return '\n'.join(lines)
 
 
+def _outside_figures(url, args, api=True):
+    """--outside against the server at `url`: its requests sent, matched
+    with the spans its workers noted.
+    """
+    noted = outside(url, args.outside, api=api)
+    return matched(noted, collect(url, args.workers).spans)
+
+
 def run(args):
     side_by_side.ensure_ref_venv()
     workdir = tempfile.mkdtemp(prefix='cyborg-layers-')
@@ -365,9 +373,8 @@ def run(args):
                 'cyborg_bench.layers:floor_application', args.workers,
                 env={ENV_SPIN: str(spin)})
             procs.append(floor)
-            noted = outside(url, args.outside, api=False)
             rows.append(('floor' + (' spinning %d µs' % spin if spin else ''),
-                         matched(noted, collect(url, args.workers).spans)))
+                         _outside_figures(url, args, api=False)))
             floor.stop()
         if args.outside:
             served = os.path.join(workdir, 'unmarked')
@@ -376,9 +383,7 @@ def run(args):
                 served, args.workers,
                 module='cyborg_bench.layers:plain_application')
             procs.append(api)
-            noted = outside(url, args.outside)
-            rows.append(('ours', matched(noted,
-                                         collect(url, args.workers).spans)))
+            rows.append(('ours', _outside_figures(url, args)))
             api.stop()
         api, url, db_url = side_by_side.start_ours(
             workdir, args.workers, module='cyborg_bench.layers:application')

@@ -928,8 +928,9 @@ def add_arguments(parser):
                              'one after the other)')
     parser.add_argument('--requests', type=_positive, metavar='N',
                         help='operations per one-client workload and side, '
-                             'split over the rounds (default 300; 30 with '
-                             '--quick)')
+                             'split over the rounds (default %d; %d with '
+                             '--quick)' % (PROFILES['full']['requests'],
+                                           PROFILES['quick']['requests']))
     parser.add_argument('--json', metavar='FILE')
     parser.add_argument('--keep', action='store_true',
                         help='keep the temp dir (logs, databases)')
