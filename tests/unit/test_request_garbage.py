@@ -7,7 +7,6 @@ sync worker and cheroot drop the environ; uWSGI also clears it).
 """
 
 import gc
-import io
 import json
 
 import pytest
@@ -20,20 +19,13 @@ MISSING = '00000000-0000-0000-0000-000000000000'
 
 
 def _call(app, method, path, body=None, headers=None):
-    environ = webob.Request.blank(path, method=method,
-                                  headers=headers or {}).environ
+    request = webob.Request.blank(path, method=method,
+                                  headers=headers or {})
     if body is not None:
-        data = json.dumps(body).encode()
-        environ['wsgi.input'] = io.BytesIO(data)
-        environ['CONTENT_LENGTH'] = str(len(data))
-        environ['CONTENT_TYPE'] = 'application/json'
-    got = []
-    out = app(environ, lambda status, headers, exc_info=None:
-              got.append(status))
-    data = b''.join(out)
-    if hasattr(out, 'close'):
-        out.close()
-    return int(got[0][:3]), data
+        request.body = json.dumps(body).encode()
+        request.content_type = 'application/json'
+    response = request.get_response(app)
+    return response.status_int, response.body
 
 
 def unreachable_after(app, method, path, body=None, headers=None):
