@@ -64,9 +64,6 @@ class Enforcer(policy.Enforcer):
     """
 
     _next_check = 0.0
-    # How many times the rules were set (set_rules): a reload that found
-    # an edited file sets them.
-    _sets = 0
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -79,19 +76,20 @@ class Enforcer(policy.Enforcer):
     def load_rules(self, force_reload=False):
         now = time.monotonic()
         if force_reload or not self.rules or now >= self._next_check:
-            # The rules change by being set anew (set_rules, a new Rules)
-            # or by growing (a default registered since the last load),
-            # never in place otherwise.
-            rules, sets, size = self.rules, self._sets, len(self.rules)
+            # The rules change by being set (set_rules, which a reload
+            # that found an edited file calls, forgets itself), by being
+            # replaced (a new Rules, when only policy directories are
+            # left) or by growing (a default registered since the last
+            # load), never in place otherwise.
+            rules, size = self.rules, len(self.rules)
             super().load_rules(force_reload)
             self._next_check = now + RECHECK_SECONDS
             if (force_reload or self.rules is not rules
-                    or self._sets != sets or len(self.rules) != size):
+                    or len(self.rules) != size):
                 self._forget()
 
     def set_rules(self, *args, **kwargs):
         super().set_rules(*args, **kwargs)
-        self._sets += 1
         self._forget()
 
     def clear(self):
