@@ -2,18 +2,17 @@
 """GET /metrics on the API: no token needed, request counters by route
 template and status, latency histogram, ARQs by state from the database."""
 
-import json
 import uuid
 
 from prometheus_client import parser
 import pytest
-import webob
 
 from cyborg.api import app as api_app
 from cyborg.api import metrics
 from cyborg.conf import CONF
 from cyborg.db import api as db_api
 from cyborg.db import models
+from tests import wsgi_calls
 
 DP_BODY = [{'name': 'metrics-dp', 'groups': [
     {'resources:CUSTOM_ACCELERATOR_GPU': '1'}]}]
@@ -24,13 +23,7 @@ def api(sqlite_database):
     return api_app.setup_app(CONF)
 
 
-def _call(app, method, path, body=None, headers=None):
-    request = webob.Request.blank(path, method=method,
-                                  headers=headers or {})
-    if body is not None:
-        request.body = json.dumps(body).encode()
-        request.content_type = 'application/json'
-    return request.get_response(app)
+_call = wsgi_calls.call
 
 
 def _scrape(app):

@@ -6,16 +6,14 @@ insert_returning fixture); and a POST refused for a duplicate leaves
 nothing written.
 """
 
-import json
-
 import pytest
 import sqlalchemy as sa
-import webob
 
 from cyborg.api import app as api_app
 from cyborg.conf import CONF
 from cyborg.db import api as db_api
 from cyborg.db import models
+from tests import wsgi_calls
 
 DP = models.DeviceProfile.__table__
 
@@ -25,12 +23,7 @@ def app(insert_returning):
     return api_app.setup_app(CONF)
 
 
-def _call(app, method, path, body=None):
-    request = webob.Request.blank(path, method=method)
-    if body is not None:
-        request.body = json.dumps(body).encode()
-        request.content_type = 'application/json'
-    return request.get_response(app)
+_call = wsgi_calls.call
 
 
 def _profile(app, name, **fields):

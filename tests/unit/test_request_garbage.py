@@ -14,17 +14,13 @@ import webob
 
 from cyborg.api import app as api_app
 from cyborg.conf import CONF
+from tests import wsgi_calls
 
 MISSING = '00000000-0000-0000-0000-000000000000'
 
 
 def _call(app, method, path, body=None, headers=None):
-    request = webob.Request.blank(path, method=method,
-                                  headers=headers or {})
-    if body is not None:
-        request.body = json.dumps(body).encode()
-        request.content_type = 'application/json'
-    response = request.get_response(app)
+    response = wsgi_calls.call(app, method, path, body, headers)
     return response.status_int, response.body
 
 
