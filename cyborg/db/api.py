@@ -24,6 +24,7 @@ import contextvars
 import fcntl
 import functools
 import itertools
+import operator
 import os
 import random
 import sqlite3
@@ -439,9 +440,50 @@ def _plan(compiled, dialect):
         (i, process) for i, process in enumerate(
             entry[3]._cached_result_processor(dialect, None)
             for entry in compiled._result_columns) if process is not None)
-    return (compiled.string, compiled.positiontup if compiled.positional
-            else None, compiled._bind_processors, results, tuple(defaults),
-            compiled)
+    positions = compiled.positiontup if compiled.positional else None
+    return (compiled.string, positions, compiled._bind_processors, results,
+            tuple(defaults), compiled,
+            None if defaults else _direct(compiled, positions))
+
+
+def _direct(compiled, positions):
+    """args(params), the driver's arguments taken straight from the
+    caller's parameters, for a statement whose every bind is a parameter
+    the caller gives under its own name, passed to the driver as given
+    (no value of its own, no bind processor, no escaped name); else None
+    (_args(), SQLAlchemy's construct_params() and the processors, for
+    the rest). What construct_params() would make of such parameters is
+    the same values; a missing one is a KeyError here, for which _args()
+    then raises SQLAlchemy's own error.
+    """
+    if compiled.escaped_bind_names or compiled._bind_processors:
+        return None
+    for bind, name in compiled.bind_names.items():
+        if (not bind.required or bind.callable is not None
+                or bind.key != name):
+            return None
+    if positions is None:
+        # Named parameters (psycopg2, PyMySQL): a mapping of the binds
+        # alone (PyMySQL escapes every value it is given).
+        return functools.partial(_named, tuple(set(
+            compiled.bind_names.values())))
+    if len(positions) == 1:
+        return functools.partial(_one, positions[0])
+    if not positions:
+        return _none
+    return operator.itemgetter(*positions)
+
+
+def _named(names, params):
+    return {name: params[name] for name in names}
+
+
+def _one(name, params):
+    return (params[name],)
+
+
+def _none(params):
+    return ()
 
 
 def _processed(row, results):
@@ -478,10 +520,18 @@ def _query(dialect, dbapi_conn, plan, params, stored, failed):
     """The Result of a Prepared statement's plan run on the driver's
     connection; failed(error, cursor) raises what a driver error is.
     """
-    sql, positions, binds, results, defaults, compiled = plan
+    sql, positions, binds, results, defaults, compiled, direct = plan
     many = isinstance(params, list)
-    args = [_args(compiled, positions, binds, defaults, p or {})
-            for p in (params if many else [params])]
+    args = None
+    if direct is not None:
+        try:
+            args = [direct(p or {}) for p in params] if many \
+                else [direct(params or {})]
+        except KeyError:
+            pass
+    if args is None:
+        args = [_args(compiled, positions, binds, defaults, p or {})
+                for p in (params if many else [params])]
     cursor = None
     try:
         cursor = dbapi_conn.cursor()

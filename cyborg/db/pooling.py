@@ -126,6 +126,25 @@ class Pool(sa.pool.QueuePool):
     # sqlalchemy's level), not cyborg's.
     _sqla_logger_namespace = 'sqlalchemy.pool.impl.QueuePool'
 
+    def _do_get(self):
+        # An idle connection straight off the queue: QueuePool's own path
+        # (its overflow arithmetic, _IdleConnections.get) returns it as
+        # at once, waiting or not, and counts nothing for it.
+        try:
+            return self._pool._idle.get_nowait()
+        except queue.Empty:
+            return super()._do_get()
+
+    def _do_return_conn(self, record):
+        # Back on the queue under the same lock and size check as
+        # _IdleConnections.put; a full pool's QueuePool path closes it.
+        idle = self._pool
+        with idle._adding:
+            if not 0 < idle.maxsize <= idle._idle.qsize():
+                idle._idle.put(record)
+                return
+        super()._do_return_conn(record)
+
     @classmethod
     def replacing(cls, pool):
         """A Pool with the settings and listeners of `pool`, a QueuePool

@@ -99,6 +99,59 @@ def test_fixed_length_in_lists_and_rowcount(database):
     assert [r[0] for r in left] == uuids[2:]
 
 
+def _plan(prepared, params=None):
+    engine = api.get_engine()
+    return prepared.compiled(engine.dialect, api._keys(prepared, params))
+
+
+def test_parameters_go_to_the_driver_as_given_where_nothing_changes_them(
+        database):
+    with api.writer() as session:
+        uuids = [_insert(session, 'd%d' % i) for i in range(3)]
+    # Every bind a parameter given under its own name, none processed:
+    # the driver's arguments come straight from the caller's (one, several,
+    # none, or on PostgreSQL the mapping itself).
+    two = api.Prepared(sa.select(DP.c.name).where(
+        DP.c.uuid == sa.bindparam('u'), DP.c.name == sa.bindparam('n')))
+    none = api.Prepared(sa.select(sa.func.count()).select_from(DP))
+    for prepared in (BY_UUID, two, none):
+        assert _plan(prepared)[-1] is not None
+    with api.reader() as session:
+        row = session.execute(BY_UUID, {'u': uuids[1]}).mappings().first()
+        assert row['name'] == 'd1'
+        assert session.execute(two, {'u': uuids[2], 'n': 'd2'}).all() == \
+            [('d2',)]
+        assert session.execute(two, {'u': uuids[2], 'n': 'd0'}).all() == []
+        assert session.execute(none).scalar() == 3
+    assert api.read(two, {'u': uuids[0], 'n': 'd0'}).scalar() == 'd0'
+
+
+def test_binds_with_values_defaults_or_processors_take_sqlalchemys_path(
+        database):
+    with api.writer() as session:
+        uuid = _insert(session, 'lit')
+    # A literal (a bind with a value of its own), an INSERT's defaults, a
+    # bind SQLAlchemy processes (SQLite's dates): construct_params() and
+    # the processors, as before.
+    literal = api.Prepared(sa.select(DP.c.uuid).where(DP.c.name == 'lit'))
+    assert _plan(literal)[-1] is None
+    values = {'uuid': 'x', 'name': 'y', 'profile_json': '{}'}
+    assert _plan(INSERT, values)[-1] is None
+    after = api.Prepared(sa.select(DP.c.uuid).where(
+        DP.c.created_at > sa.bindparam('t', type_=sa.DateTime)))
+    if database.backend == 'sqlite':
+        assert _plan(after)[-1] is None
+    assert api.read(literal).scalar() == uuid
+    assert api.read(after, {'t': datetime.datetime(2000, 1, 1)}).scalar() \
+        == uuid
+
+
+def test_a_missing_parameter_is_sqlalchemys_error(database):
+    with pytest.raises(sa.exc.InvalidRequestError,
+                       match="value is required for bind parameter 'u'"):
+        api.read(BY_UUID, {})
+
+
 def test_an_ended_transaction_is_not_rolled_back_again_on_return(database):
     """A transaction that committed (or rolled back) hands its connection
     back without the pool's reset rollback, one round trip per
