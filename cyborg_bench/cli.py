@@ -9,6 +9,7 @@ import argparse
 import signal
 import sys
 
+from cyborg_bench import ab
 from cyborg_bench import agent_scale
 from cyborg_bench import api
 from cyborg_bench import bind
@@ -22,6 +23,7 @@ from cyborg_bench import side_by_side
 from cyborg_bench import soak
 
 BENCHMARKS = {
+    'ab': (ab, 'two trees of the API, one client alternating'),
     'load': (load, 'workloads against any Cyborg v2 endpoint'),
     'api': (api, 'the API under gunicorn, per database'),
     'bind': (bind, "Nova's PATCH and PATCH → accelerator-request-bound"),

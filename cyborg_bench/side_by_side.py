@@ -297,9 +297,10 @@ def wait_conductor(url, conductor, timeout=60):
 
 
 def start_ours(workdir, workers, module='cyborg.wsgi.api:application',
-               env=None):
+               env=None, pythonpath=None):
     """Our API (`module`) under uWSGI on a new SQLite file: (Proc, url,
-    database URL).
+    database URL). `pythonpath`: a directory whose `cyborg` package is
+    served (and makes the schema) instead of the installed one.
     """
     d = os.path.join(workdir, 'ours')
     os.makedirs(d)
@@ -308,11 +309,15 @@ def start_ours(workdir, workers, module='cyborg.wsgi.api:application',
     with open(conf, 'w') as f:
         f.write('[api]\nauth_strategy = noauth\n'
                 '[database]\nconnection = %s\n' % db_url)
+    manage_env = None
+    if pythonpath:
+        manage_env = dict(os.environ, PYTHONPATH=pythonpath)
     subprocess.run([os.path.join(OUR_VENV, 'bin', 'cyborg-manage'),
                     '--config-file', conf, 'db', 'sync'],
-                   check=True, capture_output=True)
+                   check=True, capture_output=True, env=manage_env)
     api, url = uwsgi('ours-uwsgi', d, OUR_VENV, module, workers,
-                     env=dict(env or {}, CYBORG_CONFIG_FILE=conf))
+                     env=dict(env or {}, CYBORG_CONFIG_FILE=conf),
+                     pythonpath=pythonpath)
     return api, url, db_url
 
 

@@ -143,6 +143,7 @@ def test_endpoint_accepts_the_v2_url_or_the_root():
     ['per-db', '--db', 'mysql'],
     ['prepare-rpc', '--transport', 'inproc', '--batch', '2'],
     ['layers', '--workloads', 'dp-get', '--requests', '10'],
+    ['ab', '--base', 'HEAD~1', '--workloads', 'dp-get', '--requests', '10'],
 ])
 def test_every_subcommand_parses_its_arguments(argv):
     args = cli.parser().parse_args(argv)
