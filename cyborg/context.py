@@ -64,7 +64,9 @@ class RequestContext(context.RequestContext):
                 _IDENTITIES.clear()
             _IDENTITIES[key] = made
         ctx = cls.__new__(cls)
-        ctx.__dict__.update(made.__dict__)
+        # The identity's attributes as one copy of its dict (an update
+        # of an empty one grows it step by step).
+        ctx.__dict__ = made.__dict__.copy()
         ctx.roles = list(made.roles)
         ctx.service_roles = list(made.service_roles)
         ctx.request_id = environ.get(
