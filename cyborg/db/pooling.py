@@ -127,9 +127,10 @@ class Pool(sa.pool.QueuePool):
     _sqla_logger_namespace = 'sqlalchemy.pool.impl.QueuePool'
 
     def _do_get(self):
-        # An idle connection straight off the queue: QueuePool's own path
-        # (its overflow arithmetic, _IdleConnections.get) returns it as
-        # at once, waiting or not, and counts nothing for it.
+        # An idle connection straight off the queue. QueuePool's own path
+        # (its overflow arithmetic, then _IdleConnections.get) hands out
+        # an idle one at once too, whether it would wait or not, and
+        # counts nothing for it; with none idle, that path decides.
         try:
             return self._pool._idle.get_nowait()
         except queue.Empty:
