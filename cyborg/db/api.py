@@ -522,16 +522,16 @@ def _query(dialect, dbapi_conn, plan, params, stored, failed):
     """
     sql, positions, binds, results, defaults, compiled, direct = plan
     many = isinstance(params, list)
+    batch = params if many else [params]
     args = None
     if direct is not None:
         try:
-            args = [direct(p or {}) for p in params] if many \
-                else [direct(params or {})]
+            args = [direct(p or {}) for p in batch]
         except KeyError:
             pass
     if args is None:
         args = [_args(compiled, positions, binds, defaults, p or {})
-                for p in (params if many else [params])]
+                for p in batch]
     cursor = None
     try:
         cursor = dbapi_conn.cursor()
