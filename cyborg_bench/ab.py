@@ -61,18 +61,19 @@ class Side:
         self.arq_profile = None
 
     def new_profile(self):
+        """The answer to a new profile's POST (its uuid, name, ...)."""
         self.serial += 1
         return self.client.call('POST', '/v2/device_profiles', [{
             'name': 'ab-%s-%d' % (self.name, self.serial),
-            'groups': workloads.GPU_GROUPS}], expect=201)['uuid']
+            'groups': workloads.GPU_GROUPS}], expect=201)
 
     def prepare(self, kind, count):
         """Made before the timing: what `count` requests of `kind` use."""
         if kind in ('dp-get', 'dp-delete'):
-            self.profiles = [self.new_profile() for _ in range(count)]
+            self.profiles = [self.new_profile()['uuid']
+                             for _ in range(count)]
         elif kind == 'arq-create' and self.arq_profile is None:
-            self.new_profile()
-            self.arq_profile = 'ab-%s-%d' % (self.name, self.serial)
+            self.arq_profile = self.new_profile()['name']
 
     def request(self, kind, i):
         """Request `i` of `kind` (its answer checked)."""
