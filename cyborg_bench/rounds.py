@@ -37,6 +37,7 @@ MEDIAN = {
     'ratio_at_least': round, 'p50_ratio_at_least': round,
     'ref_ok': round, 'share_of_floor': _places(3),
     'limit_p50_ms': _places(3), 'p50_over_limit': _places(2),
+    'p50_ratio_at_limit': _sig(3),
 }
 # Figures summed over the rounds: a wrong answer in any round counts.
 SUM = ('ours_errors', 'ref_errors')
@@ -44,7 +45,8 @@ SUM = ('ours_errors', 'ref_errors')
 ANY = ('ref_time_capped',)
 # What each round keeps of its row (those it has).
 PER_ROUND = ('ratio', 'p50_ratio', 'ratio_at_least', 'p50_ratio_at_least',
-             'p50_over_limit', 'limit_p50_ms', 'ours_ops_per_s',
+             'p50_over_limit', 'limit_p50_ms', 'p50_ratio_at_limit',
+             'ours_ops_per_s',
              'ours_p50_ms', 'ref_ops_per_s', 'ref_p50_ms')
 
 

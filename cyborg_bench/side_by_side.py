@@ -814,6 +814,13 @@ def one_client_rows(runs):
         if limit and row.get('ours_p50_ms'):
             row['limit_p50_ms'] = round(limit, 3)
             row['p50_over_limit'] = round(row['ours_p50_ms'] / limit, 2)
+        if limit and row.get('ref_p50_ms'):
+            # The p50 ratio of a server that answered at the limit: the
+            # most any implementation could show against this reference
+            # on this machine and client (no server is faster than the
+            # no-op app).
+            row['p50_ratio_at_limit'] = float(
+                '%.3g' % (row['ref_p50_ms'] / limit))
     return rows
 
 
@@ -847,9 +854,9 @@ def markdown(rows, floor=None, storage=None):
     lines = ['| workload | rows | ours op/s | ours p50 ms | ours p99 ms '
              '| reference op/s | reference p50 ms | reference p99 ms '
              '| ratio (op/s) | ratio (p50) | of floor | limit p50 ms '
-             '| ours p50 / limit |',
+             '| ours p50 / limit | ratio (p50) at the limit |',
              '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:'
-             '|---:|']
+             '|---:|---:|']
     for r in rows:
         ratio = '%s×' % stats.num(r['ratio']) if 'ratio' in r else '–'
         p50_ratio = ('%s×' % stats.num(r['p50_ratio']) if 'p50_ratio' in r
@@ -872,7 +879,8 @@ def markdown(rows, floor=None, storage=None):
                 r['ours_listed'], ' vs %s' % r['ref_listed']
                 if 'ref_listed' in r else '')
         lines.append(
-            '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
+            '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s '
+            '| %s |' % (
                 name, '{:,}'.format(r['rows']) if r['rows'] else '',
                 stats.num(r['ours_ops_per_s']), r['ours_p50_ms'],
                 r['ours_p99_ms'],
@@ -881,7 +889,9 @@ def markdown(rows, floor=None, storage=None):
                 if 'share_of_floor' in r else '',
                 r.get('limit_p50_ms', ''),
                 '%.2f×' % r['p50_over_limit'] if 'p50_over_limit' in r
-                else ''))
+                else '',
+                '%s×' % stats.num(r['p50_ratio_at_limit'])
+                if 'p50_ratio_at_limit' in r else ''))
     if floor:
         lines.append('\nFloor (no-op app, same uWSGI): %.1f req/s, p50 %s '
                      'ms, p99 %s ms' % (floor['ops_per_s'], floor['p50_ms'],

@@ -246,6 +246,8 @@ def test_side_by_side_limit_is_floor_plus_commits_and_reads():
         list(rows.values()), side_by_side.floor_figures(runs['floor']),
         runs['storage'])
     assert '| 2.00× |' in table and 'synchronous=FULL' in table
+    # No reference in this run: no ratio at the limit either.
+    assert 'p50_ratio_at_limit' not in rows['dp-create']
     assert 'the 200 rows dp-list lists: p50 0.2 ms' in table
     assert "its answer of the list's size (dp-list): p50 0.9 ms" in table
 
@@ -312,6 +314,12 @@ def test_side_by_side_rounds_report_medians_of_each_rounds_ratios():
         2.5, 2.5, 1.78]
     assert create['p50_over_limit'] == 2.5
     assert create['limit_p50_ms'] == 0.9
+    # The reference's p50 over each round's limit: 40/0.8, 20/1.0, 30/0.9
+    # (what a server at the limit would show), and their median.
+    assert [r['p50_ratio_at_limit'] for r in create['rounds']] == [
+        50.0, 20.0, 33.3]
+    assert create['p50_ratio_at_limit'] == 33.3
+    assert '| 33.3× |' in side_by_side.markdown([create])
     assert create['ours_errors'] == 1          # summed, not a median
     assert create['ref_time_capped'] is False
     assert [r['first'] for r in create['rounds']] == [
