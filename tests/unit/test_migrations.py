@@ -92,17 +92,30 @@ def _insert(conn, table, **values):
         tbl.c.uuid == row['uuid'])).scalar_one()
 
 
-@pytest.fixture(params=dbs.BACKENDS)
-def at_0006(request):
-    """A new database per backend at revision 0006 (before MPS)."""
-    db = dbs.new(request.param)
+def _at(backend, revision):
+    """A new database of `backend` at `revision`: its engine, then it is
+    dropped (a fixture's body).
+    """
+    db = dbs.new(backend)
     engine = sa.create_engine(db.url)
     try:
-        migration.upgrade('0006', engine=engine)
+        migration.upgrade(revision, engine=engine)
         yield engine
     finally:
         engine.dispose()
         db.drop()
+
+
+@pytest.fixture(params=dbs.BACKENDS)
+def at_0006(request):
+    """A new database per backend at revision 0006 (before MPS)."""
+    yield from _at(request.param, '0006')
+
+
+@pytest.fixture(params=dbs.BACKENDS)
+def at_0007(request):
+    """A new database per backend at revision 0007 (whole ARQ indexes)."""
+    yield from _at(request.param, '0007')
 
 
 def test_0007_retypes_stored_mps_share_handles(at_0006):
@@ -148,6 +161,52 @@ def test_0007_retypes_stored_mps_share_handles(at_0006):
     assert {key: types[i] for key, i in handles.items()} == {
         'free': 'MPS', 'bound': 'MPS', 'time-slice': 'MDEV',
         'vgpu': 'MDEV', 'other': 'MDEV'}
+
+
+def test_0008_keeps_the_arqs_and_their_lookups(at_0007):
+    """ARQs stored before 0008, a bound one and a new one, are found
+    after it by the columns whose indexes it rebuilt; the indexes are
+    partial on SQLite and PostgreSQL, whole on MariaDB, and the plain
+    attach_handle_id index is gone while its unique constraint stays.
+    """
+    instance = str(uuid.uuid4())
+    with at_0007.begin() as conn:
+        profile = _insert(conn, 'device_profiles', name='p',
+                          profile_json='{"groups": []}')
+
+        def arq(**values):
+            return _insert(conn, 'extended_accelerator_requests', **dict({
+                'state': 'Initial', 'device_profile_id': profile,
+                'device_profile_group_id': 0, 'event_pending': False,
+                'project_id': 'proj'}, **values))
+        bound = arq(instance_uuid=instance, device_rp_uuid=instance,
+                    bind_owner='conductor-1', event_pending=True)
+        arq()
+    migration.upgrade(engine=at_0007)
+    arqs = sa.Table('extended_accelerator_requests', sa.MetaData(),
+                    autoload_with=at_0007)
+    with at_0007.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(
+            arqs)).scalar() == 2
+        for condition in (arqs.c.instance_uuid == instance,
+                          arqs.c.device_rp_uuid == instance,
+                          arqs.c.bind_owner == 'conductor-1',
+                          arqs.c.event_pending == sa.true()):
+            assert conn.execute(sa.select(arqs.c.id).where(
+                condition)).scalars().all() == [bound]
+    inspector = sa.inspect(at_0007)
+    indexes = {i['name']: i for i in inspector.get_indexes(arqs.name)}
+    assert 'arqs_attach_handle_id_idx' not in indexes
+    assert ['attach_handle_id'] in [
+        u['column_names'] for u in inspector.get_unique_constraints(
+            arqs.name)]
+    partial = at_0007.dialect.name in ('sqlite', 'postgresql')
+    for name, column, _ in models.ARQ_PARTIAL_INDEXES:
+        index = indexes[name]
+        assert index['column_names'] == [column]
+        where = index.get('dialect_options', {}).get(
+            '%s_where' % at_0007.dialect.name)
+        assert (where is not None) is partial, (name, index)
 
 
 # Columns a list or lookup filters on (API filters, conductor and agent
