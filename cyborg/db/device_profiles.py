@@ -56,9 +56,16 @@ _BY = {'uuid': api.Prepared(
 
 
 @api.retry_on_deadlock
-def create(uuid, name, groups, description=None):
+def create(uuid, name, groups, description=None, groups_json=None):
+    """A new profile; `groups_json`: json.dumps(groups), when the caller
+    has made it (its answer shows it too).
+    """
+    if groups_json is None:
+        groups_json = json.dumps(groups)
+    # What json.dumps({'groups': groups}) gives, without encoding the
+    # groups again.
     values = {'uuid': uuid, 'name': name, 'description': description,
-              'profile_json': json.dumps({'groups': groups})}
+              'profile_json': '{"groups": %s}' % groups_json}
     try:
         # One statement where the INSERT gives its row back, committed on
         # its own (a lone writer).

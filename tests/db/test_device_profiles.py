@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """cyborg.db.device_profiles on every backend."""
 
+import json
+
 from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
 import pytest
@@ -26,6 +28,19 @@ def test_create_returns_stored_profile(database):
     assert dp['created_at'] is not None
     assert dp['updated_at'] is None
     assert 'profile_json' not in dp
+
+
+def test_create_stores_the_groups_text_it_is_given_as_its_own(database):
+    """With the groups' JSON text made by the caller (the API, which
+    answers with it too), the stored text is what create() makes alone.
+    """
+    made = device_profiles.create(uuidutils.generate_uuid(), 'given',
+                                  GROUPS, groups_json=json.dumps(GROUPS))
+    device_profiles.create(uuidutils.generate_uuid(), 'alone', GROUPS)
+    rows, decode = device_profiles.list_stored(names=['given', 'alone'])
+    stored = [decode(row)['profile_json'] for row in rows]
+    assert stored == [json.dumps({'groups': GROUPS})] * 2
+    assert device_profiles.get_by_uuid(made['uuid'])['groups'] == GROUPS
 
 
 def test_get_by_uuid_and_name(database):

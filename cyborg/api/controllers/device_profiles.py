@@ -205,10 +205,12 @@ class DeviceProfilesController:
                                     'POST request for now.')
         profile = body[0]
         groups = profile_compat.translate_groups(validate(profile))
+        groups_json = json.dumps(groups)
         dp = db.create(uuid=profile.get('uuid') or identifiers.new_uuid(),
                        name=profile['name'], groups=groups,
-                       description=profile.get('description'))
-        return base.Encoded(encode(dp, json.dumps(dp['groups'])))
+                       description=profile.get('description'),
+                       groups_json=groups_json)
+        return base.Encoded(encode(dp, groups_json))
 
     @index.when(method='DELETE')
     @base.handler(204)
