@@ -4,8 +4,9 @@ a value (cyborg.db.models.ARQ_PARTIAL_INDEXES: SQLite and PostgreSQL)
 use that index.
 
 The statements are the DB layer's own, or its conditions in a statement
-of their own; each is explained as the database would plan it (PostgreSQL with sequential scans turned off,
-since on a table this small it would scan whatever the indexes allow).
+of their own; each is explained as the database would plan it
+(PostgreSQL with sequential scans turned off, since on a table this
+small it would scan whatever the indexes allow).
 """
 
 import pytest
