@@ -157,11 +157,7 @@ def served_from(pythonpath):
 
 
 def run(args):
-    kinds = [k for k in args.workloads.split(',') if k]
-    for kind in kinds:
-        if kind not in KINDS:
-            raise SystemExit('unknown workload %s (one of %s)'
-                             % (kind, ', '.join(KINDS)))
+    kinds = workloads.chosen(args.workloads, KINDS)
     try:
         commit = _git('rev-parse', '--verify', args.base + '^{commit}')
     except subprocess.CalledProcessError as e:

@@ -42,6 +42,7 @@ import warnings
 from cyborg_harness import databases
 
 from cyborg_bench import machine
+from cyborg_bench import workloads
 
 warnings.filterwarnings('ignore', message=r'\s*Eventlet is deprecated')
 
@@ -396,11 +397,7 @@ def _setup(args, workdir):
 
 
 def run(args):
-    names = [w for w in args.workloads.split(',') if w]
-    for name in names:
-        if name not in WORKLOADS:
-            raise SystemExit('unknown workload %s (one of %s)'
-                             % (name, ', '.join(WORKLOADS)))
+    names = workloads.chosen(args.workloads, WORKLOADS)
     workdir = tempfile.mkdtemp(prefix='cyborg-profile-')
     db = None
     try:

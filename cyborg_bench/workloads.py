@@ -18,6 +18,18 @@ GPU_GROUPS = [{'resources:CUSTOM_ACCELERATOR_GPU': '1',
 ARQ_PROFILE = 'cyborg-bench-arq'
 
 
+def chosen(text, known):
+    """The workload names of a comma-separated `text`, each one of
+    `known`; SystemExit naming the first that is not.
+    """
+    names = [name for name in text.split(',') if name]
+    for name in names:
+        if name not in known:
+            raise SystemExit('unknown workload %s (one of %s)'
+                             % (name, ', '.join(known)))
+    return names
+
+
 class NotRun(Exception):
     """The workload cannot run against this endpoint; the text says why."""
 
