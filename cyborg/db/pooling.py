@@ -97,11 +97,17 @@ class _IdleConnections(sa_queue.QueueCommon):
     def qsize(self):
         return self._idle.qsize()
 
-    def put(self, item, block=True, timeout=None):
+    def offer(self, item):
+        """Keep `item` if there is room for it; whether it was kept."""
         with self._adding:
             if 0 < self.maxsize <= self._idle.qsize():
-                raise sa_queue.Full()
+                return False
             self._idle.put(item)
+            return True
+
+    def put(self, item, block=True, timeout=None):
+        if not self.offer(item):
+            raise sa_queue.Full()
 
     def put_nowait(self, item):
         self.put(item, False)
@@ -137,14 +143,10 @@ class Pool(sa.pool.QueuePool):
             return super()._do_get()
 
     def _do_return_conn(self, record):
-        # Back on the queue under the same lock and size check as
-        # _IdleConnections.put; a full pool's QueuePool path closes it.
-        idle = self._pool
-        with idle._adding:
-            if not 0 < idle.maxsize <= idle._idle.qsize():
-                idle._idle.put(record)
-                return
-        super()._do_return_conn(record)
+        # Back on the queue when there is room; a full pool's QueuePool
+        # path closes it.
+        if not self._pool.offer(record):
+            super()._do_return_conn(record)
 
     @classmethod
     def replacing(cls, pool):
