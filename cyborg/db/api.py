@@ -1047,10 +1047,13 @@ def retrying(worth_retrying, attempts, first_wait, jitter=False):
     return decorate
 
 
-def _deadlocked(exc):
-    # Not a lock wait that timed out (MariaDB's 1205, a DBDeadlock to
-    # oslo.db too): that one has waited innodb_lock_wait_timeout (50 s by
-    # default) already, and would wait as long again.
+def deadlocked(exc):
+    """Whether `exc` made its transaction a deadlock's victim (below).
+
+    Not a lock wait that timed out (MariaDB's 1205, a DBDeadlock to
+    oslo.db too): that one has waited innodb_lock_wait_timeout (50 s by
+    default) already, and would wait as long again.
+    """
     return (isinstance(exc, db_exc.DBDeadlock)
             and 'Lock wait timeout' not in str(exc))
 
@@ -1064,7 +1067,7 @@ def _deadlocked(exc):
 # (the profile's row and the ARQ table's index, locked by each).
 # Six runs, the waits random up to 20, 40, ... 320 ms so that two victims
 # do not meet again; what still deadlocks after that is the API's 503.
-retry_on_deadlock = retrying(_deadlocked, attempts=6, first_wait=0.02,
+retry_on_deadlock = retrying(deadlocked, attempts=6, first_wait=0.02,
                              jitter=True)
 
 
