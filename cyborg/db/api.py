@@ -19,7 +19,6 @@ of a lookup's database work. What a checkout and a checkin cost and
 guarantee (fork, dead connections): cyborg.db.pooling.
 """
 
-import contextlib
 import contextvars
 import fcntl
 import functools
@@ -938,36 +937,60 @@ def _no_autocommit(raw):
 _PG_IDLE = 0
 
 
-@contextlib.contextmanager
-def _transaction(writing, lone=False):
-    engine = _lone_engine() if lone else _engine()
-    lock = getattr(engine, 'cyborg_write_lock', None)
-    if not writing or lock is None:
-        lock = contextlib.nullcontext()
-    token = _WRITING.set(writing)
-    try:
-        with lock:
-            session = Session(engine, writing, lone)
+class _Writer:
+    """writer()'s context, a plain class as _Reader is: its turn on the
+    engine's write lock (SQLite's file engines have one), a writing
+    Session, committed when the block ends without an exception and
+    rolled back otherwise; the writing flag up meanwhile.
+    """
+
+    __slots__ = ('_lone', '_lock', '_session', '_token')
+
+    def __init__(self, lone):
+        self._lone = lone
+
+    def __enter__(self):
+        engine = _lone_engine() if self._lone else _engine()
+        lock = getattr(engine, 'cyborg_write_lock', None)
+        self._token = _WRITING.set(True)
+        try:
+            if lock is not None:
+                lock.__enter__()
             try:
-                yield session
+                self._session = Session(engine, True, self._lone)
             except BaseException:
-                session._end(commit=False)
+                if lock is not None:
+                    lock.__exit__(None, None, None)
                 raise
+        except BaseException:
+            _WRITING.reset(self._token)
+            raise
+        self._lock = lock
+        return self._session
+
+    def __exit__(self, exc_type, exc, traceback):
+        try:
+            if exc_type is not None:
+                self._session._end(commit=False)
+                return False
             try:
-                session._end(commit=True)
+                self._session._end(commit=True)
             except db_exc.DBConnectionError as lost:
-                # Lost during a writer's COMMIT: applied or not, nobody
-                # here can tell (a reader's is a plain outage).
-                if not writing:
-                    raise
+                # Lost during the COMMIT: applied or not, nobody here can
+                # tell.
                 raise CommitOutcomeUnknown(lost.inner_exception) from lost
-    finally:
-        _WRITING.reset(token)
+        finally:
+            try:
+                if self._lock is not None:
+                    self._lock.__exit__(None, None, None)
+            finally:
+                _WRITING.reset(self._token)
 
 
 class _Reader:
-    """reader()'s context: _transaction(False) as a plain class (a
-    generator's context manager, and the lock a reader does not take,
+    """reader()'s context: a reading Session, committed when the block
+    ends without an exception and rolled back otherwise, in a plain class
+    (a generator's context manager, and the lock a reader does not take,
     were a tenth of a reader's own cost).
     """
 
@@ -1020,7 +1043,7 @@ def writer(lone=False):
     does, and a write lock held by another program is waited for as a
     BEGIN IMMEDIATE waits for it (the busy timeout).
     """
-    return _transaction(True, lone)
+    return _Writer(lone)
 
 
 def retrying(worth_retrying, attempts, first_wait, jitter=False):
