@@ -952,20 +952,15 @@ class _Writer:
     def __enter__(self):
         engine = _lone_engine() if self._lone else _engine()
         lock = getattr(engine, 'cyborg_write_lock', None)
+        if lock is not None:
+            lock.__enter__()
+        self._lock = lock
         self._token = _WRITING.set(True)
         try:
-            if lock is not None:
-                lock.__enter__()
-            try:
-                self._session = Session(engine, True, self._lone)
-            except BaseException:
-                if lock is not None:
-                    lock.__exit__(None, None, None)
-                raise
+            self._session = Session(engine, True, self._lone)
         except BaseException:
-            _WRITING.reset(self._token)
+            self._release()
             raise
-        self._lock = lock
         return self._session
 
     def __exit__(self, exc_type, exc, traceback):
@@ -980,11 +975,14 @@ class _Writer:
                 # tell.
                 raise CommitOutcomeUnknown(lost.inner_exception) from lost
         finally:
-            try:
-                if self._lock is not None:
-                    self._lock.__exit__(None, None, None)
-            finally:
-                _WRITING.reset(self._token)
+            self._release()
+
+    def _release(self):
+        try:
+            if self._lock is not None:
+                self._lock.__exit__(None, None, None)
+        finally:
+            _WRITING.reset(self._token)
 
 
 class _Reader:
