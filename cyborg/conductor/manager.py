@@ -32,9 +32,9 @@ _report_retry = db_api.retrying(_contended, attempts=6, first_wait=0.02,
 
 
 class DatabaseUnavailable(Exception):
-    """Answered to an agent whose report came during a database outage
-    (it retries on its next pass); logged once by the conductor, not as a
-    traceback per message.
+    """Answered to an agent whose report came while the database was
+    unreachable or contended (it retries on its next pass); logged by the
+    conductor's outage guard in one line, not as a traceback per message.
     """
 
 
@@ -45,7 +45,7 @@ def _db_outage_answered(fn):
         except Exception as e:
             if outage.DATABASE.failed(e, 'handling %s' % fn.__name__):
                 raise DatabaseUnavailable(
-                    'The database is unreachable; retry later')
+                    'The database is %s; retry later' % outage.kind(e))
             raise
         outage.DATABASE.ok()
         return result

@@ -1,16 +1,38 @@
 # SPDX-License-Identifier: Apache-2.0
 """One log line when the conductor loses its database, one when it has it
-back, instead of a traceback from every pass and message meanwhile.
+back, instead of a traceback from every pass and message meanwhile; one
+line, not an outage, for a statement the database gave up on because of
+other transactions (a deadlock, a lock wait or a busy SQLite that timed
+out), as the API answers them (cyborg.api.errors: 503 "unreachable" and
+503 "contended").
 """
 
 import threading
 import time
 
+from oslo_db import exception as db_exc
 from oslo_log import log
 
 from cyborg.db import bindings
 
 LOG = log.getLogger(__name__)
+
+UNREACHABLE = 'unreachable'
+CONTENDED = 'contended'
+
+
+def kind(exc):
+    """UNREACHABLE for a database error that is an outage (a connection
+    refused or lost: oslo.db's DBConnectionError), CONTENDED for one that
+    other transactions caused and a later run may not meet (a deadlock's
+    victim, a lock wait that timed out, SQLite's "database is locked"
+    once its busy timeout is spent), None for any other error.
+    """
+    if not bindings.transient(exc):
+        return None
+    if isinstance(exc, db_exc.DBConnectionError):
+        return UNREACHABLE
+    return CONTENDED
 
 
 class DatabaseOutage:
@@ -22,18 +44,23 @@ class DatabaseOutage:
 
     def failed(self, exc, doing):
         """Note a failure while `doing` something. True when it is the
-        database being unreachable (said once per outage; the caller
-        retries later), False for any other error (the caller reports it).
+        database's state (kind(): unreachable, said once per outage, or
+        contended, said each time) and the caller retries later, False
+        for any other error (the caller reports it).
         """
-        if not bindings.transient(exc):
+        found = kind(exc)
+        if found is None:
             return False
+        what = '%s while %s: %s' % (type(exc).__name__, doing,
+                                    str(exc).splitlines()[0][:200])
+        if found == CONTENDED:
+            LOG.warning('The database is contended (%s); will retry', what)
+            return True
         with self._lock:
             first, self.since = self.since is None, self.since or self.clock()
         if first:
-            LOG.warning('The database is unreachable (%s while %s: %s); '
-                        'binds, reports and Nova events wait until it is '
-                        'back', type(exc).__name__, doing,
-                        str(exc).splitlines()[0][:200])
+            LOG.warning('The database is unreachable (%s); binds, reports '
+                        'and Nova events wait until it is back', what)
         return True
 
     def ok(self):

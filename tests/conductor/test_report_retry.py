@@ -63,12 +63,14 @@ def test_a_deadlocks_victim_runs_again(inventory):
 
 def test_a_lock_wait_that_timed_out_is_not_run_again(inventory):
     # It waited innodb_lock_wait_timeout already: the agent is told the
-    # database is unavailable (it reports again on its next pass).
+    # database is contended (it reports again on its next pass).
     calls = inventory(db_exc.DBDeadlock(LOCK_WAIT))
     with pytest.raises(messaging.ExpectedException) as raised:
         _report()
     assert isinstance(raised.value.exc_info[1],
                       conductor_manager.DatabaseUnavailable)
+    assert str(raised.value.exc_info[1]) == (
+        'The database is contended; retry later')
     assert calls == ['host-1']
 
 
