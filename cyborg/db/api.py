@@ -1068,15 +1068,21 @@ def retrying(worth_retrying, attempts, first_wait, jitter=False):
     return decorate
 
 
-def deadlocked(exc):
-    """Whether `exc` made its transaction a deadlock's victim (below).
-
-    Not a lock wait that timed out (MariaDB's 1205, a DBDeadlock to
-    oslo.db too): that one has waited innodb_lock_wait_timeout (50 s by
-    default) already, and would wait as long again.
+def lock_wait_timed_out(exc):
+    """Whether `exc` is MariaDB's lock wait that timed out (its 1205, a
+    DBDeadlock to oslo.db): it has waited innodb_lock_wait_timeout (50 s
+    by default) already, and run again would wait as long again.
     """
     return (isinstance(exc, db_exc.DBDeadlock)
-            and 'Lock wait timeout' not in str(exc))
+            and 'Lock wait timeout' in str(exc))
+
+
+def deadlocked(exc):
+    """Whether `exc` made its transaction a deadlock's victim (below);
+    not a lock wait that timed out.
+    """
+    return isinstance(exc, db_exc.DBDeadlock) and not lock_wait_timed_out(
+        exc)
 
 
 # A write the database chose as a deadlock's victim: InnoDB and PostgreSQL
