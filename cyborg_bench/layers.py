@@ -3,7 +3,7 @@
 
     cyborg-bench layers [--workloads dp-get,dp-create,arq-create]
                         [--requests N] [--workers 2] [--outside N]
-                        [--floor-spin US,...]
+                        [--floor-spin US,...] [--replay N]
 
 In process (``cyborg-bench profile``) a request runs with warm CPU caches;
 in a server's worker it does not, and takes two to three times as long.
@@ -33,6 +33,12 @@ Matched request by request, that is where the time the client sees
 goes: before the application is called (the client's encoding and
 send, its connect, the kernel, uWSGI's accept and parsing), in it, and
 after it (uWSGI's write, the client's read and decoding).
+
+--replay N: every Nth GET each worker serves (while the workloads run) is
+called again REPLAYS times in the worker right after it, on a copy of
+the environ it came with, and the last of those calls are kept as the
+kind "GET (again, warm) ...": the same request with the caches it left,
+beside the same request as served.
 """
 
 import bisect
@@ -78,6 +84,12 @@ NOOP, CREATE, SHOW = ('GET /', 'POST /v2/device_profiles',
 
 _marks = []
 _now = time.perf_counter_ns
+# --replay: the environ variable that carries N to the workers, how many
+# times a GET is called again, and how many of those calls are not kept.
+ENV_REPLAY = 'CYBORG_BENCH_REPLAY'
+REPLAYS = 20
+REPLAYS_WARMING = 5
+AGAIN = 'GET (again, warm)'
 
 
 def _owner(module, path):
@@ -142,8 +154,17 @@ class Timed:
         # (method, path, called, returned, marks) of calls not yet made
         # into segments.
         self._calls = []
+        # --replay: every how many GETs one is called again (0: none).
+        self.replay = int(os.environ.get(ENV_REPLAY) or 0)
+        self._gets = 0
 
     def __call__(self, environ, start_response):
+        again = None
+        if self.replay and environ.get('REQUEST_METHOD') == 'GET':
+            self._gets += 1
+            if self._gets % self.replay == 0:
+                # As it came: the app adds to the environ it is given.
+                again = dict(environ)
         del _marks[:]
         started = _now()
         body = self.app(environ, start_response)
@@ -151,7 +172,24 @@ class Timed:
         self._calls.append((environ.get('REQUEST_METHOD'),
                             environ.get('PATH_INFO'), started, ended,
                             _marks[:]))
+        if again is not None:
+            self._again(again)
         return body
+
+    def _again(self, environ):
+        """The GET of `environ` called REPLAYS times more, one after the
+        other; the calls after the first REPLAYS_WARMING kept as AGAIN.
+        """
+        for i in range(REPLAYS):
+            del _marks[:]
+            started = _now()
+            body = self.app(dict(environ), _ignored)
+            ended = _now()
+            if hasattr(body, 'close'):
+                body.close()
+            if i >= REPLAYS_WARMING:
+                self._calls.append((AGAIN, environ.get('PATH_INFO'),
+                                    started, ended, _marks[:]))
 
     def _digest(self):
         """The calls noted so far, made into segments and spans."""
@@ -197,6 +235,10 @@ class Timed:
             out[kind] = [(s, statistics.median(segments[s]) / 1000.0,
                           len(segments[s])) for s in names + ['TOTAL']]
         return out
+
+
+def _ignored(status, headers, exc_info=None):
+    return lambda data: None
 
 
 def _timed(app):
@@ -386,7 +428,8 @@ def run(args):
             rows.append(('ours', _outside_figures(url, args)))
             api.stop()
         api, url, db_url = side_by_side.start_ours(
-            workdir, args.workers, module='cyborg_bench.layers:application')
+            workdir, args.workers, module='cyborg_bench.layers:application',
+            env={ENV_REPLAY: str(args.replay)} if args.replay else None)
         procs.append(api)
         if args.workloads:
             subprocess.run(side_by_side.BENCH + [
@@ -424,6 +467,11 @@ def add_arguments(parser):
                         'of its own, timed before, in and after the '
                         'application, and the same of GET / on the floor '
                         'app first (default 0: not)')
+    parser.add_argument('--replay', type=int, default=0, metavar='N',
+                        help='every Nth GET a worker serves is called again '
+                        '%d times right after it, in the worker, and the '
+                        'last %d are shown as "%s" (default 0: none)'
+                        % (REPLAYS, REPLAYS - REPLAYS_WARMING, AGAIN))
     parser.add_argument('--floor-spin', type=_spins, default=[0],
                         metavar='US,...',
                         help='with --outside: the floor app once per value, '

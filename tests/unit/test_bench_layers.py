@@ -122,3 +122,29 @@ def test_a_call_only_notes_its_readings_until_asked():
     assert list(kept['spans']) == [layers.NOOP]
     assert kept['orders'][layers.NOOP] == ['start .. end']
     assert len(kept['segments'][layers.NOOP]['TOTAL']) == 1
+
+
+def test_replay_calls_every_nth_get_again_on_the_environ_it_came_with(
+        sqlite_database, marked, monkeypatch):
+    monkeypatch.setenv(layers.ENV_REPLAY, '2')
+    app = layers._timed(lambda: api_app.setup_app(CONF))
+    status, made = _call(app, 'POST', '/v2/device_profiles', [
+        {'name': 'replayed', 'groups': [{'resources:FPGA': '1'}]}])
+    assert status == 201
+    for _ in range(4):
+        assert _call(app, 'GET', '/v2/device_profiles/%s'
+                     % made['uuid']) == (200, {'device_profile': made})
+    status, kept = _call(app, 'GET', layers.DUMP_PATH)
+    medians = layers.Timed(None)
+    medians.merge(json.loads(json.dumps(kept)))
+    medians = medians.medians()
+    again = '%s /v2/device_profiles/{name_or_uuid}' % layers.AGAIN
+    # The POST is no GET; the 2nd and 4th GET are called again, each
+    # REPLAYS times, the first REPLAYS_WARMING of them not kept.
+    assert set(medians) == {layers.CREATE, layers.SHOW, again}
+    kept_again = (layers.REPLAYS - layers.REPLAYS_WARMING) * 2
+    assert dict((s, n) for s, _, n in medians[again])['TOTAL'] == kept_again
+    assert dict((s, n) for s, _, n in medians[layers.SHOW])['TOTAL'] == 4
+    # Called again whole: its policy checked, its statement run.
+    assert 'statement> .. <statement' in [s for s, _, _ in medians[again]]
+    assert 'policy> .. <policy' in [s for s, _, _ in medians[again]]
