@@ -23,7 +23,7 @@ DB_COMMIT_UNKNOWN = ('The connection to the database was lost while the '
                      'retrying.')
 # Still a deadlock's victim after db_api.retry_on_deadlock's tries, or a
 # lock wait that timed out: rolled back whole.
-DB_CONTENDED = ('Concurrent requests kept locking the same rows; this one '
+DB_CONTENDED = ('Concurrent requests held the locks this one needed; it '
                 'was rolled back and not carried out. Retry.')
 
 
@@ -80,8 +80,9 @@ def failure(environ, exc):
                 'lost during commit' if unknown else 'unreachable',
                 _first_line(exc)),
             DB_COMMIT_UNKNOWN if unknown else DB_UNAVAILABLE, 5)
-    if isinstance(exc, db_exc.DBDeadlock):
-        # A deadlock's victim still, or a lock wait that timed out.
+    if db_api.contended(exc):
+        # A deadlock's victim still, a lock wait that timed out, a busy
+        # SQLite.
         return _unavailable(environ, 'database contended: %s' % _first_line(
             exc), DB_CONTENDED, 1)
     LOG.exception('Unhandled API error')

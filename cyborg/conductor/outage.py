@@ -10,9 +10,9 @@ out), as the API answers them (cyborg.api.errors: 503 "unreachable" and
 import threading
 import time
 
-from oslo_db import exception as db_exc
 from oslo_log import log
 
+from cyborg.db import api as db_api
 from cyborg.db import bindings
 
 LOG = log.getLogger(__name__)
@@ -22,17 +22,18 @@ CONTENDED = 'contended'
 
 
 def kind(exc):
-    """UNREACHABLE for a database error that is an outage (a connection
-    refused or lost: oslo.db's DBConnectionError), CONTENDED for one that
-    other transactions caused and a later run may not meet (a deadlock's
-    victim, a lock wait that timed out, SQLite's "database is locked"
-    once its busy timeout is spent), None for any other error.
+    """CONTENDED for a database error that other transactions caused and
+    a later run may not meet (db.api.contended(): a deadlock's victim, a
+    lock wait that timed out, SQLite's "database is locked" once its busy
+    timeout is spent), UNREACHABLE for any other that is the database's
+    state rather than the statement's (bindings.transient(): a connection
+    refused or lost, above all), None for any other error.
     """
-    if not bindings.transient(exc):
-        return None
-    if isinstance(exc, db_exc.DBConnectionError):
+    if db_api.contended(exc):
+        return CONTENDED
+    if bindings.transient(exc):
         return UNREACHABLE
-    return CONTENDED
+    return None
 
 
 class DatabaseOutage:

@@ -1085,6 +1085,17 @@ def deadlocked(exc):
         exc)
 
 
+def contended(exc):
+    """Whether the database gave a statement up because of other
+    transactions: a deadlock's victim or a lock wait that timed out
+    (oslo.db's DBDeadlock), or SQLite's "database is locked" once the busy
+    timeout is spent (the DBError made of it here). Nothing was carried
+    out, and a later run may go through.
+    """
+    return isinstance(exc, db_exc.DBDeadlock) or (
+        type(exc) is db_exc.DBError and 'database is locked' in str(exc))
+
+
 # A write the database chose as a deadlock's victim: InnoDB and PostgreSQL
 # roll the victim's transaction back whole and let the other one go on
 # (MariaDB's error 1213, PostgreSQL's 40P01, both oslo.db's DBDeadlock),

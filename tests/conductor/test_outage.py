@@ -30,6 +30,8 @@ LOCKED = '(sqlite3.OperationalError) database is locked'
     (db_api.CommitOutcomeUnknown(LOST), outage.UNREACHABLE),
     (db_exc.DBDeadlock(LOCK_WAIT), outage.CONTENDED),
     (db_exc.DBError(LOCKED), outage.CONTENDED),
+    (db_exc.DBError('(sqlite3.OperationalError) disk I/O error'),
+     outage.UNREACHABLE),
     (db_exc.DBDuplicateEntry(columns=['uuid']), None),
     (db_exc.DBReferenceError('t', 'c', 'k', 'kt'), None),
     (ValueError('not the database'), None),

@@ -134,3 +134,34 @@ def test_bind_with_the_message_bus_down_is_accepted(sqlite_database):
         rpc.cleanup()
     assert answer[0].status_int == 202, answer[0].text
     assert arqs.get(arq['uuid'])['state'] == 'BindStarted'
+
+
+def test_sqlite_busy_past_its_timeout_is_503_contended(
+        sqlite_database, monkeypatch, caplog):
+    """SQLite's "database is locked" once the busy timeout is spent (the
+    DBError cyborg.db.api makes of it): nothing was written, and another
+    try may go through, as for a deadlock's victim; not a 500.
+    """
+    def busy(*args, **kwargs):
+        raise db_exc.DBError('(sqlite3.OperationalError) database is locked')
+
+    dp = seed.profile()
+    monkeypatch.setattr(arqs, 'create_from_profile', busy)
+    caplog.set_level(logging.INFO)
+    r = _call(api_app.setup_app(), 'POST', '/v2/accelerator_requests',
+              {'device_profile_name': dp['name']})
+    fault = _fault_of_503(r, caplog, '1', '503, database contended: '
+                          '(sqlite3.OperationalError) database is locked')
+    assert fault == ('Concurrent requests held the locks this one needed; '
+                     'it was rolled back and not carried out. Retry.')
+
+
+def test_another_database_error_is_still_a_500(sqlite_database, monkeypatch,
+                                               caplog):
+    def broken(*args, **kwargs):
+        raise db_exc.DBError('(sqlite3.OperationalError) disk I/O error')
+
+    monkeypatch.setattr(arqs, 'list_', broken)
+    r = _call(api_app.setup_app(), 'GET', '/v2/accelerator_requests')
+    assert r.status_int == 500
+    assert [rec for rec in caplog.records if rec.exc_info]
