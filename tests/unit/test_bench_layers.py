@@ -36,20 +36,27 @@ def _call(app, method, path, body=None):
         else None
 
 
-def test_segments_follow_a_request_through_the_layers(sqlite_database,
-                                                      marked):
-    # What uWSGI serves: the timed app, made at its first request, which
-    # answers DUMP_PATH (untimed) with what it kept.
+def _served(name, gets):
+    """What uWSGI serves (the timed app, made at its first request) asked
+    to create profile `name` and then to GET it `gets` times: (the
+    profile, the app's answer at DUMP_PATH: what it kept, untimed).
+    """
     app = layers._timed(lambda: api_app.setup_app(CONF))
     status, made = _call(app, 'POST', '/v2/device_profiles', [
-        {'name': 'marked', 'groups': [{'resources:FPGA': '1'}]}])
+        {'name': name, 'groups': [{'resources:FPGA': '1'}]}])
     assert status == 201
-    for _ in range(3):
+    for _ in range(gets):
         assert _call(app, 'GET', '/v2/device_profiles/%s'
-                     % made['uuid'])[0] == 200
+                     % made['uuid']) == (200, {'device_profile': made})
     status, kept = _call(app, 'GET', layers.DUMP_PATH)
-    assert status == 200 and set(kept) == {'pid', 'segments', 'orders',
-                                           'spans'}
+    assert status == 200
+    return made, kept
+
+
+def test_segments_follow_a_request_through_the_layers(sqlite_database,
+                                                      marked):
+    _, kept = _served('marked', 3)
+    assert set(kept) == {'pid', 'segments', 'orders', 'spans'}
     # Merged as the runner merges the workers' answers.
     merged = layers.Timed(None)
     merged.merge(json.loads(json.dumps(kept)))
@@ -127,14 +134,8 @@ def test_a_call_only_notes_its_readings_until_asked():
 def test_replay_calls_every_nth_get_again_on_the_environ_it_came_with(
         sqlite_database, marked, monkeypatch):
     monkeypatch.setenv(layers.ENV_REPLAY, '2')
-    app = layers._timed(lambda: api_app.setup_app(CONF))
-    status, made = _call(app, 'POST', '/v2/device_profiles', [
-        {'name': 'replayed', 'groups': [{'resources:FPGA': '1'}]}])
-    assert status == 201
-    for _ in range(4):
-        assert _call(app, 'GET', '/v2/device_profiles/%s'
-                     % made['uuid']) == (200, {'device_profile': made})
-    status, kept = _call(app, 'GET', layers.DUMP_PATH)
+    # Each GET still answers the profile (checked in _served()).
+    _, kept = _served('replayed', 4)
     medians = layers.Timed(None)
     medians.merge(json.loads(json.dumps(kept)))
     medians = medians.medians()
