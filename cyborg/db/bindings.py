@@ -33,12 +33,14 @@ BIND_STATUS = {'Bound': 'completed', 'BindFailed': 'failed',
 
 def transient(exc):
     """A DB error worth retrying (a busy SQLite, a lost connection), as
-    opposed to a constraint that will fail again.
+    opposed to a constraint or a value the database refuses (too long for
+    its column, out of range), which will fail again.
     """
     return (isinstance(exc, db_exc.DBError)
             and not isinstance(exc, (db_exc.DBDuplicateEntry,
                                      db_exc.DBReferenceError,
-                                     db_exc.DBConstraintError)))
+                                     db_exc.DBConstraintError,
+                                     db_exc.DBDataError)))
 
 
 def _worth_running_again(exc):

@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 
+from oslo_db import exception as db_exc
 import pytest
 import sqlalchemy as sa
 
@@ -450,12 +451,17 @@ def test_a_claim_that_lost_its_arq_gives_the_handle_back(stack):
     assert in_use == [other['id']]
 
 
+@pytest.mark.parametrize('error', [
+    ValueError,
+    # What oslo.db makes of a value too long for its column (MariaDB's
+    # 1406 in strict mode, PostgreSQL's 22001).
+    db_exc.DBDataError,
+], ids=['a-stand-in-error', 'a-value-the-database-refuses'])
 def test_an_arq_that_breaks_its_batch_does_not_hold_back_the_others(
-        stack, monkeypatch):
+        stack, monkeypatch, error):
     """A claim transaction that fails for a reason retrying cannot mend
-    (here: a stand-in error for one ARQ) is retried one ARQ at a time:
-    the others bind, only the broken one stays BindStarted for the
-    sweep.
+    (an error about one ARQ) is retried one ARQ at a time: the others
+    bind, only the broken one stays BindStarted for the sweep.
     """
     from cyborg.db import bindings
     stack.profile('fpga', [{'resources:FPGA': '1'}])
@@ -471,7 +477,7 @@ def test_an_arq_that_breaks_its_batch_does_not_hold_back_the_others(
 
     def claim_handles(uuids, picker, owner=None):
         if broken in uuids:
-            raise ValueError('unexpected data in ARQ %s' % broken)
+            raise error('unexpected data in ARQ %s' % broken)
         return real(uuids, picker, owner)
 
     monkeypatch.setattr(bindings, 'claim_handles', claim_handles)

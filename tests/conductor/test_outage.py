@@ -34,6 +34,7 @@ LOCKED = '(sqlite3.OperationalError) database is locked'
      outage.UNREACHABLE),
     (db_exc.DBDuplicateEntry(columns=['uuid']), None),
     (db_exc.DBReferenceError('t', 'c', 'k', 'kt'), None),
+    (db_exc.DBDataError('(1406, "Data too long for column")'), None),
     (ValueError('not the database'), None),
 ])
 def test_kind(exc, expected):

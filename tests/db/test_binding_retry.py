@@ -57,7 +57,9 @@ def test_run_again_until_it_goes_through(waits, exc):
     db_exc.DBDeadlock(LOCK_WAIT),
     db_exc.DBDuplicateEntry(columns=['uuid']),
     db_exc.DBReferenceError('t', 'c', 'k', 'kt'),
-], ids=['lock-wait-timed-out', 'duplicate', 'reference'])
+    db_exc.DBDataError('(pymysql.err.DataError) (1406, "Data too long for '
+                       'column \'attach_info\' at row 1")'),
+], ids=['lock-wait-timed-out', 'duplicate', 'reference', 'data'])
 def test_not_run_again(waits, exc):
     write, runs = _failing(exc)
     with pytest.raises(type(exc)):
