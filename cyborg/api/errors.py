@@ -21,8 +21,9 @@ DB_COMMIT_UNKNOWN = ('The connection to the database was lost while the '
                      'change was being committed: it may or may not have '
                      'been carried out. Look the resource up before '
                      'retrying.')
-# Still a deadlock's victim after db_api.retry_on_deadlock's tries, or a
-# lock wait that timed out: rolled back whole.
+# Still a deadlock's victim after db_api.retry_on_deadlock's tries, a
+# lock wait that timed out, or SQLite's busy timeout spent
+# (db_api.contended): rolled back whole.
 DB_CONTENDED = ('Concurrent requests held the locks this one needed; it '
                 'was rolled back and not carried out. Retry.')
 
