@@ -14,7 +14,7 @@ from cyborg.objects import device as records
 LOG = log.getLogger(__name__)
 
 
-def _contended(exc):
+def _raced_or_deadlocked(exc):
     # Two conductors diffing one host at once: the loser re-reads and
     # finds the rows the winner wrote. Or a deadlock's victim (MariaDB,
     # PostgreSQL), rolled back whole; not a lock wait that timed out.
@@ -27,8 +27,8 @@ def _contended(exc):
 # guard. oslo.db's wrap_db_retry, used before, waited 1 to 10 s between
 # runs, ran a lock wait that had timed out (50 s on MariaDB's defaults)
 # again, and logged a traceback when it gave up.
-_report_retry = db_api.retrying(_contended, attempts=6, first_wait=0.02,
-                                jitter=True)
+_report_retry = db_api.retrying(_raced_or_deadlocked, attempts=6,
+                                first_wait=0.02, jitter=True)
 
 
 class DatabaseUnavailable(Exception):
