@@ -183,13 +183,22 @@ class Binder:
                 for uuid, context in contexts.items():
                     self._claim({uuid: context})
                 return
-            # The DB stayed unusable through the retries: the ARQs are
-            # still BindStarted, and the next heartbeat tries again.
-            if not self.db.failed(e, 'claiming handles'):
-                LOG.exception('Binding %d ARQ(s) failed; will retry',
-                              len(contexts))
-            with self._lock:
-                self._deferred.update(contexts)
+            if self.db.failed(e, 'claiming handles'):
+                # The DB stayed unusable through the retries: the ARQs
+                # are still BindStarted, and the next heartbeat tries
+                # again.
+                with self._lock:
+                    self._deferred.update(contexts)
+                return
+            # An error about this ARQ (alone by now), which claiming it
+            # again would meet again at every heartbeat until Nova gave
+            # up: the bind fails now, with the reason, and Nova is told.
+            [(uuid, context)] = contexts.items()
+            LOG.exception('Claiming a device for ARQ %s failed; the bind '
+                          'fails', uuid)
+            self._outcomes.run([_Outcome(
+                uuid, context, None, 'Claiming a device failed: %s: %s'
+                % (type(e).__name__, _reason(e)))])
             return
         refused = []
         by_host = {}

@@ -461,7 +461,9 @@ def test_an_arq_that_breaks_its_batch_does_not_hold_back_the_others(
         stack, monkeypatch, error):
     """A claim transaction that fails for a reason retrying cannot mend
     (an error about one ARQ) is retried one ARQ at a time: the others
-    bind, only the broken one stays BindStarted for the sweep.
+    bind, and the broken one fails at once with the reason (not claimed
+    again at every heartbeat until Nova gives up), Nova's events due for
+    all three.
     """
     from cyborg.db import bindings
     stack.profile('fpga', [{'resources:FPGA': '1'}])
@@ -489,7 +491,18 @@ def test_an_arq_that_breaks_its_batch_does_not_hold_back_the_others(
     finally:
         binder.stop()
     states = [stack.arqs(i)[0]['state'] for i in instances]
-    assert states == ['Bound', 'BindStarted', 'Bound']
+    assert states == ['Bound', 'BindFailed', 'Bound']
+    arq_t = models.ExtendedAcceleratorRequest.__table__
+    with db_api.reader() as session:
+        reason = session.execute(sa.select(arq_t.c.bind_failure).where(
+            arq_t.c.uuid == broken)).scalar()
+        to_tell = session.execute(sa.select(sa.func.count()).where(
+            arq_t.c.event_pending == sa.true())).scalar()
+    assert reason == (
+        'Claiming a device failed: %s: unexpected data in ARQ %s'
+        % (error.__name__, broken))
+    # Each outcome's event is due (this binder's notifier is not started).
+    assert to_tell == 3
 
 
 def test_a_slow_prepare_holds_back_only_its_own_arq(stack):
