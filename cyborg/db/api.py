@@ -1077,6 +1077,24 @@ def lock_wait_timed_out(exc):
             and 'Lock wait timeout' in str(exc))
 
 
+def sqlite_busy(exc):
+    """Whether `exc` is SQLite's "database is locked" (the DBError made of
+    it here). Our writers take the write lock with BEGIN IMMEDIATE, so it
+    comes once the busy timeout (30 s) is spent waiting for that lock,
+    not at once as a deferred transaction's upgrade would get it.
+    """
+    return type(exc) is db_exc.DBError and 'database is locked' in str(exc)
+
+
+def waited_out(exc):
+    """Whether `exc` ends a wait for another transaction's locks that
+    lasted the database's whole timeout (a MariaDB lock wait that timed
+    out, a busy SQLite): running the statement again at once would most
+    likely wait as long again.
+    """
+    return lock_wait_timed_out(exc) or sqlite_busy(exc)
+
+
 def deadlocked(exc):
     """Whether `exc` made its transaction a deadlock's victim (below);
     not a lock wait that timed out.
@@ -1089,11 +1107,10 @@ def contended(exc):
     """Whether the database gave a statement up because of other
     transactions: a deadlock's victim or a lock wait that timed out
     (oslo.db's DBDeadlock), or SQLite's "database is locked" once the busy
-    timeout is spent (the DBError made of it here). Nothing was carried
-    out, and a later run may go through.
+    timeout is spent (sqlite_busy). Nothing was carried out, and a later
+    run may go through.
     """
-    return isinstance(exc, db_exc.DBDeadlock) or (
-        type(exc) is db_exc.DBError and 'database is locked' in str(exc))
+    return isinstance(exc, db_exc.DBDeadlock) or sqlite_busy(exc)
 
 
 # A write the database chose as a deadlock's victim: InnoDB and PostgreSQL

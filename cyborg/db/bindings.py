@@ -44,13 +44,14 @@ def transient(exc):
 
 
 def _worth_running_again(exc):
-    return transient(exc) and not api.lock_wait_timed_out(exc)
+    return transient(exc) and not api.waited_out(exc)
 
 
-# Run again on a transient DB error (a deadlock, a busy SQLite, a lost
-# connection), 0.2, 0.4, ... 3.2 s apart, then raise it; not a lock wait
-# that timed out, which would wait as long again each time (six runs of
-# MariaDB's default 50 s outlast Nova's arq_binding_timeout): the caller's
+# Run again on a transient DB error (a deadlock, a lost connection), 0.2,
+# 0.4, ... 3.2 s apart, then raise it; not a statement that waited out its
+# lock timeout (a MariaDB lock wait, a busy SQLite), which would wait as
+# long again each time (six runs of MariaDB's default 50 s, or of SQLite's
+# 30 s busy timeout, outlast Nova's arq_binding_timeout): the caller's
 # next pass (the sweep, the next heartbeat) runs it again.
 retry = api.retrying(_worth_running_again, attempts=6, first_wait=0.2)
 
