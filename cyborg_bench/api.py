@@ -193,14 +193,17 @@ def write_config(path, db_url, pool_size):
 
 
 class Server(processes.Process):
-    """gunicorn serving cyborg.wsgi.api:application in a subprocess."""
+    """gunicorn serving cyborg.wsgi.api:application in a subprocess
+    (`app` instead; `python`: another virtualenv's interpreter, with its
+    own gunicorn).
+    """
 
     def __init__(self, config, workdir, workers, threads, worker_class,
                  timeout=60.0, app='cyborg.wsgi.api:application',
-                 ready_path='/v2/device_profiles'):
+                 ready_path='/v2/device_profiles', python=sys.executable):
         self.port = net.free_port()
         self.ready_path = ready_path
-        cmd = [sys.executable, '-m', 'gunicorn',
+        cmd = [python, '-m', 'gunicorn',
                '--bind', '%s:%d' % (HOST, self.port),
                '--workers', str(workers),
                '--worker-class', worker_class,

@@ -14,8 +14,14 @@ floor's p50 per request (for the list, the floor's answer of the list's
 size: side_by_side.LIST_FLOOR) plus, measured on the same database with the
 driver alone, one durable commit per write, one read by primary key
 per read and one read of the listed rows for the list
-(``cyborg-bench profile``'s Limits). The reference Cyborg is not
-run here (``cyborg-bench side-by-side`` compares with it on SQLite).
+(``cyborg-bench profile``'s Limits).
+
+The reference (``openstack-cyborg`` of side-by-side, in its virtualenv
+with the same gunicorn and database drivers as ours) runs the same
+workloads on a database of its own on the same server, migrated by its
+``cyborg-dbsync upgrade``, under the same gunicorn, with its conductor on
+the local RabbitMQ (a profile's create is a call to it); ``--no-reference``
+leaves it out.
 """
 
 import json
@@ -29,6 +35,17 @@ from cyborg_bench import api
 from cyborg_bench import machine
 from cyborg_bench import profile
 from cyborg_bench import side_by_side
+
+# The reference's WSGI entry point reads its options from sys.argv, which
+# under gunicorn are gunicorn's: this module, written beside its
+# configuration, gives it its own first.
+REF_APP = '''"""The reference's app for gunicorn (cyborg-bench per-db only)."""
+import sys
+
+sys.argv = ['cyborg-api', '--config-file', %r]
+
+from cyborg.wsgi.api import application  # noqa: E402,F401
+'''
 
 WORKLOADS = ['noop', 'dp-create', 'dp-get', 'dp-delete', 'dp-list',
              'arq-create', 'boot']
@@ -54,7 +71,7 @@ def _storage(url):
         engine.dispose()
 
 
-def one(args, backend, workdir):
+def one(args, backend, workdir, started):
     d = os.path.join(workdir, backend)
     os.makedirs(d)
     db = databases.Database(backend, d, prefix='cyborg_perdb')
@@ -83,41 +100,106 @@ def one(args, backend, workdir):
         for server in servers:
             server.stop()
         db.drop()
+    ref, ref_not_run = None, None
+    if args.reference:
+        try:
+            ref = _reference(args, backend, d, started, extra)
+        except side_by_side.ReferenceUnavailable as e:
+            ref_not_run = str(e)
+            side_by_side.log('the reference on %s: not run (%s)'
+                             % (backend, e))
     floor = side_by_side.floor_figures(floor_doc)
+    rows = rows_of(backend, doc, floor, storage, ref)
+    return {'floor_p50_ms': floor['p50_ms'], 'reference_not_run': ref_not_run,
+            'floor_list_p50_ms': floor.get('list_p50_ms'),
+            'storage': storage, 'rows': rows}
+
+
+def rows_of(backend, doc, floor, storage, ref=None):
+    """The table's rows of our one-client results in `doc`, each with its
+    limit (from the floor's figures and the storage costs) and, where
+    `ref` (the reference's results by workload) has the workload, the
+    ratios: by op/s, by p50, and by p50 for a server at the limit.
+    """
     rows = []
     for r in doc['results']:
         if r.get('concurrency') != 1 or 'not_run' in r:
             continue
         limit = side_by_side.limit_ms(r['workload'], floor, storage)
-        rows.append({'db': backend, 'workload': r['workload'],
-                     'ops_per_s': r['ops_per_s'], 'p50_ms': r['p50_ms'],
-                     'p99_ms': r['p99_ms'], 'errors': r['errors'],
-                     'limit_ms': round(limit, 3),
-                     'p50_over_limit': round(r['p50_ms'] / limit, 2)})
-    return {'floor_p50_ms': floor['p50_ms'],
-            'floor_list_p50_ms': floor.get('list_p50_ms'),
-            'storage': storage, 'rows': rows}
+        row = {'db': backend, 'workload': r['workload'],
+               'ops_per_s': r['ops_per_s'], 'p50_ms': r['p50_ms'],
+               'p99_ms': r['p99_ms'], 'errors': r['errors'],
+               'limit_ms': round(limit, 3),
+               'p50_over_limit': round(r['p50_ms'] / limit, 2)}
+        theirs = ref and ref.get(r['workload'])
+        if theirs:
+            row.update(
+                ref_ops_per_s=theirs['ops_per_s'],
+                ref_p50_ms=theirs['p50_ms'], ref_errors=theirs['errors'],
+                ratio=round(r['ops_per_s'] / theirs['ops_per_s'], 2),
+                ratio_p50=round(theirs['p50_ms'] / r['p50_ms'], 2),
+                ratio_p50_at_limit=round(theirs['p50_ms'] / limit, 2))
+        rows.append(row)
+    return rows
+
+
+def _reference(args, backend, workdir, started, extra):
+    """The reference's one-client rows of WORKLOADS on `backend` (a
+    database of its own), by workload.
+    """
+    d = os.path.join(workdir, 'ref')
+    os.makedirs(d)
+    db = databases.Database(backend, d, prefix='cyborg_perdb_ref')
+    procs = []
+    try:
+        conf, _schema = side_by_side.configure_reference(
+            d, db.url, started.stub, started.rabbit_url())
+        with open(os.path.join(d, 'bench_reference_app.py'), 'w') as f:
+            f.write(REF_APP % conf)
+        conductor = side_by_side.reference_conductor(d, conf)
+        procs.append(conductor)
+        server = api.Server(
+            conf, d, args.workers, 1, 'sync',
+            app='bench_reference_app:application', ready_path='/',
+            python=os.path.join(side_by_side.REF_VENV, 'bin', 'python'),
+            timeout=120.0)
+        procs.append(server)
+        url = 'http://127.0.0.1:%d' % server.port
+        side_by_side.wait_conductor(url, conductor)
+        doc = side_by_side.bench('reference-' + backend, url, d, WORKLOADS,
+                                 args, extra)
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+        db.drop()
+    return {r['workload']: r for r in doc['results']
+            if r.get('concurrency') == 1 and 'not_run' not in r}
 
 
 def run(args):
     workdir = tempfile.mkdtemp(prefix='cyborg-per-db-')
     meta = machine.describe()
+    if args.reference:
+        meta['reference'] = side_by_side.REF_PACKAGE
+        side_by_side.ensure_ref_venv()
     out = {}
     try:
-        for backend in args.db.split(','):
-            out[backend] = one(args, backend, workdir)
+        with side_by_side.Started() as started:
+            for backend in args.db.split(','):
+                out[backend] = one(args, backend, workdir, started)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     meta['loadavg_end'] = machine.loadavg()
     print('\n| database | workload | op/s | p50 ms | p99 ms | limit p50 ms | '
-          'p50 / limit | errors |')
-    print('|---|---|---:|---:|---:|---:|---:|---:|')
+          'p50 / limit | errors | reference op/s | reference p50 ms | '
+          'ratio (op/s) | ratio (p50) | ratio (p50) at the limit |')
+    print('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
     for backend, res in out.items():
         for r in res['rows']:
-            print('| %s | %s | %s | %s | %s | %s | %.2f× | %d |' % (
+            print('| %s | %s | %s | %s | %s | %s | %.2f× | %d | %s |' % (
                 backend, r['workload'], r['ops_per_s'], r['p50_ms'],
                 r['p99_ms'], r['limit_ms'], r['p50_over_limit'],
-                r['errors']))
+                r['errors'], ' | '.join(_reference_cells(r, res))))
     for backend, res in out.items():
         print('\n%s: floor (no-op app, same gunicorn) p50 %s ms, its answer '
               'of the list\'s size %s ms; one durable '
@@ -127,13 +209,26 @@ def run(args):
                  res['storage']['commit_ms'],
                  res['storage']['read_ms'], profile.LIST_ROWS,
                  res['storage']['list_read_ms']))
+        if res.get('reference_not_run'):
+            print('%s: the reference not run: %s'
+                  % (backend, res['reference_not_run']))
     print('\nload average %s → %s' % (meta['loadavg_start'][0],
                                       meta['loadavg_end'][0]))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'meta': meta, 'results': out}, f, indent=2)
-    return 1 if any(r['errors'] for res in out.values()
-                    for r in res['rows']) else 0
+    return 1 if any(r['errors'] or r.get('ref_errors')
+                    for res in out.values() for r in res['rows']) else 0
+
+
+def _reference_cells(row, res):
+    """The reference's cells of a row: its op/s and p50, the ratios."""
+    if 'ratio' not in row:
+        why = res.get('reference_not_run')
+        return ['not run' if why else '', '', '', '', '']
+    return [str(row['ref_ops_per_s']), str(row['ref_p50_ms']),
+            '%s×' % row['ratio'], '%s×' % row['ratio_p50'],
+            '%s×' % row['ratio_p50_at_limit']]
 
 
 def add_arguments(parser):
@@ -143,3 +238,7 @@ def add_arguments(parser):
     parser.add_argument('--requests', type=int, default=300)
     parser.add_argument('--bench-timeout', type=float, default=900)
     parser.add_argument('--json', metavar='FILE')
+    parser.add_argument('--no-reference', dest='reference',
+                        action='store_false',
+                        help='leave the reference out (ours and the limits '
+                             'only)')

@@ -47,6 +47,7 @@ See docs/benchmarks/side-by-side.md for a run's figures.
 
 import argparse
 import http.server
+import importlib.metadata
 import json
 import os
 import shutil
@@ -101,23 +102,47 @@ def log(msg):
 # The reference's virtualenv
 
 
+# What the reference needs besides itself and uWSGI to be served as ours
+# is by cyborg-bench per-db: gunicorn, and the MariaDB and PostgreSQL
+# drivers; each at the version our virtualenv has.
+REF_EXTRAS = ('gunicorn', 'PyMySQL', 'psycopg2-binary')
+
+
 def ensure_ref_venv():
-    """Create .bench/ref-venv with the reference and uwsgi unless there."""
+    """Create .bench/ref-venv with the reference and uwsgi unless there,
+    and add REF_EXTRAS at our versions unless there. Returns the
+    reference's and uWSGI's versions.
+    """
     py = os.path.join(REF_VENV, 'bin', 'python')
     probe = [py, '-c', 'import importlib.metadata as m; '
              'print(m.version("openstack-cyborg"), m.version("uwsgi"))']
+    pip = [os.path.join(REF_VENV, 'bin', 'pip'), 'install', '-q']
+    done = None
     if os.path.exists(py):
         done = subprocess.run(probe, capture_output=True, text=True)
-        if done.returncode == 0 and done.stdout.startswith(
-                REF_PACKAGE.split('==')[1] + ' '):
-            return done.stdout.split()
-    log('installing %s and uwsgi into %s (pip builds uwsgi with gcc; a '
-        'few minutes)' % (REF_PACKAGE, REF_VENV))
-    os.makedirs(os.path.dirname(REF_VENV), exist_ok=True)
-    subprocess.run(['python3.11', '-m', 'venv', REF_VENV], check=True)
-    pip = [os.path.join(REF_VENV, 'bin', 'pip'), 'install', '-q']
-    subprocess.run(pip + ['--upgrade', 'pip'], check=True)
-    subprocess.run(pip + [REF_PACKAGE, 'uwsgi'], check=True)
+    if done is None or done.returncode != 0 or not done.stdout.startswith(
+            REF_PACKAGE.split('==')[1] + ' '):
+        log('installing %s and uwsgi into %s (pip builds uwsgi with gcc; '
+            'a few minutes)' % (REF_PACKAGE, REF_VENV))
+        os.makedirs(os.path.dirname(REF_VENV), exist_ok=True)
+        subprocess.run(['python3.11', '-m', 'venv', REF_VENV], check=True)
+        subprocess.run(pip + ['--upgrade', 'pip'], check=True)
+        subprocess.run(pip + [REF_PACKAGE, 'uwsgi'], check=True)
+    wanted = ['%s==%s' % (name, importlib.metadata.version(name))
+              for name in REF_EXTRAS]
+    have = subprocess.run(
+        [py, '-c', 'import importlib.metadata as m, sys\n'
+         'for w in sys.argv[1:]:\n'
+         '    n, v = w.split("==")\n'
+         '    try:\n'
+         '        print(w if m.version(n) == v else "")\n'
+         '    except m.PackageNotFoundError:\n'
+         '        print("")'] + wanted,
+        capture_output=True, text=True, check=True).stdout.split()
+    missing = [w for w in wanted if w not in have]
+    if missing:
+        log('installing %s into %s' % (' '.join(missing), REF_VENV))
+        subprocess.run(pip + missing, check=True)
     return subprocess.run(probe, capture_output=True, text=True,
                           check=True).stdout.split()
 
@@ -221,11 +246,12 @@ def filter_factory(global_conf, **local_conf):
 '''
 
 
-def start_reference(workdir, workers, stub, rabbit_url):
-    """(uWSGI Proc, conductor Proc, url, db url, how the schema was made)."""
-    d = os.path.join(workdir, 'ref')
-    os.makedirs(d)
-    db_url = 'sqlite:///%s' % os.path.join(d, 'cyborg.sqlite')
+def configure_reference(d, db_url, stub, rabbit_url):
+    """The reference's configuration in directory `d`: its cyborg.conf on
+    `db_url`, its shipped paste pipeline with an admin identity in place
+    of authtoken, and its schema. Returns (the cyborg.conf path, how the
+    schema was made).
+    """
     conf = os.path.join(d, 'cyborg.conf')
     paste = os.path.join(d, 'api-paste.ini')
     with open(conf, 'w') as f:
@@ -248,21 +274,50 @@ def start_reference(workdir, workers, stub, rabbit_url):
                 + '\n[filter:benchadmin]\npaste.filter_factory = '
                 'bench_admin_identity:filter_factory\n')
     dbsync = os.path.join(REF_VENV, 'bin', 'cyborg-dbsync')
-    schema = 'upgrade'
     done = subprocess.run([dbsync, '--config-file', conf, 'upgrade'],
                           capture_output=True, text=True)
-    if done.returncode != 0:
-        # SQLite has no ALTER COLUMN; the reference's create_schema builds
-        # the tables from its models and stamps the head revision.
-        os.remove(os.path.join(d, 'cyborg.sqlite'))
-        subprocess.run([dbsync, '--config-file', conf, 'create_schema'],
-                       capture_output=True, text=True, check=True)
-        schema = 'create_schema (upgrade failed on SQLite: %s)' % (
-            [ln for ln in done.stdout.splitlines()
-             + done.stderr.splitlines() if 'Error' in ln] or ['?'])[-1][-160:]
-    conductor = processes.Process(
+    if done.returncode == 0:
+        return conf, 'upgrade'
+    if not db_url.startswith('sqlite:'):
+        # On PostgreSQL, 17.0.0's migrations and models both stop at an
+        # Enum without a name (SQLAlchemy: "PostgreSQL ENUM type requires
+        # a name"): it has no schema there.
+        raise ReferenceUnavailable(
+            'its cyborg-dbsync upgrade failed on %s: %s'
+            % (db_url.split(':')[0], _last_error(done)))
+    # SQLite has no ALTER COLUMN; the reference's create_schema builds the
+    # tables from its models and stamps the head revision.
+    os.remove(db_url[len('sqlite:///'):])
+    subprocess.run([dbsync, '--config-file', conf, 'create_schema'],
+                   capture_output=True, text=True, check=True)
+    return conf, 'create_schema (upgrade failed on SQLite: %s)' % (
+        _last_error(done))
+
+
+class ReferenceUnavailable(RuntimeError):
+    """The reference cannot be set up on that database; why."""
+
+
+def _last_error(done):
+    """The last line naming an error in a finished command's output."""
+    return ([ln for ln in done.stdout.splitlines() + done.stderr.splitlines()
+             if 'Error' in ln] or ['?'])[-1][-160:]
+
+
+def reference_conductor(d, conf):
+    """The reference's conductor on `conf`, in a process of its own."""
+    return processes.Process(
         'ref-conductor', [os.path.join(REF_VENV, 'bin', 'cyborg-conductor'),
                           '--config-file', conf], d, cwd=d)
+
+
+def start_reference(workdir, workers, stub, rabbit_url):
+    """(uWSGI Proc, conductor Proc, url, db url, how the schema was made)."""
+    d = os.path.join(workdir, 'ref')
+    os.makedirs(d)
+    db_url = 'sqlite:///%s' % os.path.join(d, 'cyborg.sqlite')
+    conf, schema = configure_reference(d, db_url, stub, rabbit_url)
+    conductor = reference_conductor(d, conf)
     api, url = uwsgi('ref-uwsgi', d, REF_VENV,
                      'cyborg.wsgi.api:application', workers, pythonpath=d,
                      pyargv='--config-file ' + conf)
@@ -345,9 +400,9 @@ def common_args(p, time_limit, sizes):
             '--request-timeout', '600']
 
 
-class _Started:
-    """What one side-by-side run starts: the uWSGI servers, the
-    reference's conductor and RabbitMQ vhost, the Placement stub; all
+class Started:
+    """What one side-by-side (or per-db) run starts: the uWSGI servers,
+    the reference's conductor and RabbitMQ vhost, the Placement stub; all
     stopped when the run ends, however it ends.
     """
 
@@ -379,10 +434,15 @@ class _Started:
         self.procs.append(api)
         return api, url, db_url
 
+    def rabbit_url(self):
+        """The transport URL of the run's RabbitMQ vhost (made once)."""
+        if self.vhost is None:
+            self.vhost = rabbit.VirtualHost(prefix='cyborg-bench')
+        return self.vhost.url
+
     def reference(self, args, workdir):
-        self.vhost = rabbit.VirtualHost(prefix='cyborg-bench')
         api, conductor, url, db_url, schema = start_reference(
-            workdir, args.workers, self.stub, self.vhost.url)
+            workdir, args.workers, self.stub, self.rabbit_url())
         self.procs += [api, conductor]
         return api, conductor, url, db_url, schema
 
@@ -449,7 +509,7 @@ def _ours_concurrency(args, p, workdir, url, db_url, compared):
 
 def run_all(args, p, workdir):
     runs = {}
-    with _Started() as started:
+    with Started() as started:
         compared = _compared(args)
         floor, floor_url = started.floor(args, workdir)
         runs['floor'] = _bench_floor('floor', args, p, workdir, floor_url,
@@ -489,7 +549,7 @@ def run_rounds(args, p, workdir):
     n = args.rounds
     per_round = dict(p, requests=max(1, p['requests'] // n))
     runs = {'rounds': []}
-    with _Started() as started:
+    with Started() as started:
         floor, floor_url = started.floor(args, workdir)
         compared = _compared(args)
         api, url, db_url = started.ours(args, workdir)

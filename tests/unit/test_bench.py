@@ -441,6 +441,30 @@ def test_per_db_limits_are_p50s_of_the_driver_alone(tmp_path,
     assert calls == [0, 1, 2, 3, 4]
 
 
+def test_per_db_rows_carry_the_reference_ratios_where_it_ran():
+    doc = {'results': [
+        {'workload': 'dp-get', 'concurrency': 1, 'ops_per_s': 2000.0,
+         'p50_ms': 0.4, 'p99_ms': 0.8, 'errors': 0},
+        {'workload': 'dp-create', 'concurrency': 1, 'ops_per_s': 1000.0,
+         'p50_ms': 0.9, 'p99_ms': 1.5, 'errors': 0},
+        # Not at one client, or not run: no row.
+        {'workload': 'dp-get', 'concurrency': 4, 'ops_per_s': 1.0,
+         'p50_ms': 1.0, 'p99_ms': 1.0, 'errors': 0},
+        {'workload': 'lookup', 'not_run': 'needs --seed-db'}]}
+    floor = {'p50_ms': 0.3}
+    storage = {'commit_ms': 0.3, 'read_ms': 0.1, 'list_read_ms': 0.2}
+    ref = {'dp-get': {'ops_per_s': 250.0, 'p50_ms': 3.6, 'errors': 0}}
+    get, create = per_db.rows_of('mysql', doc, floor, storage, ref)
+    assert get['limit_ms'] == 0.4 and get['p50_over_limit'] == 1.0
+    assert (get['ratio'], get['ratio_p50'], get['ratio_p50_at_limit']) == (
+        8.0, 9.0, 9.0)
+    # The reference's dp-create did not run: no ratio made up.
+    assert create['limit_ms'] == 0.6 and 'ratio' not in create
+    assert per_db._reference_cells(create, {'reference_not_run': 'no'}) == [
+        'not run', '', '', '', '']
+    assert per_db._reference_cells(get, {})[2:] == ['8.0×', '9.0×', '9.0×']
+
+
 def test_side_by_side_workloads_keep_dp_create_for_what_needs_it():
     args = cli.parser().parse_args(['side-by-side', '--workloads',
                                     'dp-get,noop', '--no-aio'])
