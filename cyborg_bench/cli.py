@@ -30,7 +30,8 @@ BENCHMARKS = {
     'agent-scale': (agent_scale, 'N agents × D devices, one conductor'),
     'layers': (layers, 'time per layer inside a uWSGI worker'),
     'nvidia': (nvidia, 'the NVIDIA driver on the fake NVML'),
-    'per-db': (per_db, 'side-by-side workloads, gunicorn, each DB'),
+    'per-db': (per_db, 'side-by-side workloads, gunicorn, each DB, with '
+               'the reference'),
     'prepare-rpc': (prepare_rpc, 'N agent prepare calls vs one batch'),
     'profile': (profile, 'server time per request, in process'),
     'side-by-side': (side_by_side, 'ours, the reference, a no-op app'),
