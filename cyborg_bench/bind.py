@@ -107,8 +107,8 @@ class PySpy:
         if not os.path.exists(exe):
             exe = shutil.which('py-spy')
         if not exe:
-            raise RuntimeError('py-spy not found (pip install py-spy into '
-                               'the venv)')
+            raise RuntimeError("py-spy not found (pip install -e "
+                               "'.[profile]' into the venv)")
         fmt = ('speedscope' if output.endswith('.json')
                or output.endswith('.speedscope') else
                'raw' if output.endswith('.txt') else 'flamegraph')
