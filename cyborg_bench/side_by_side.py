@@ -128,6 +128,8 @@ def ensure_ref_venv():
         subprocess.run(['python3.11', '-m', 'venv', REF_VENV], check=True)
         subprocess.run(pip + ['--upgrade', 'pip'], check=True)
         subprocess.run(pip + [REF_PACKAGE, 'uwsgi'], check=True)
+        done = subprocess.run(probe, capture_output=True, text=True,
+                              check=True)
     wanted = ['%s==%s' % (name, importlib.metadata.version(name))
               for name in REF_EXTRAS]
     have = subprocess.run(
@@ -143,8 +145,7 @@ def ensure_ref_venv():
     if missing:
         log('installing %s into %s' % (' '.join(missing), REF_VENV))
         subprocess.run(pip + missing, check=True)
-    return subprocess.run(probe, capture_output=True, text=True,
-                          check=True).stdout.split()
+    return done.stdout.split()
 
 
 # --------------------------------------------------------------------------

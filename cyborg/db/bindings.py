@@ -32,9 +32,10 @@ BIND_STATUS = {'Bound': 'completed', 'BindFailed': 'failed',
 
 
 def transient(exc):
-    """A DB error worth retrying (a busy SQLite, a lost connection), as
+    """A DB error that may pass (a busy SQLite, a lost connection), as
     opposed to a constraint or a value the database refuses (too long for
-    its column, out of range), which will fail again.
+    its column, out of range), which will fail again. (retry runs only
+    some of them again at once: not those that waited out a lock timeout.)
     """
     return (isinstance(exc, db_exc.DBError)
             and not isinstance(exc, (db_exc.DBDuplicateEntry,
