@@ -20,24 +20,24 @@ import statistics
 from cyborg_bench import stats
 
 
-def _sig(digits):
+def significant(digits):
     return lambda x: float('%.*g' % (digits, x))
 
 
-def _places(digits):
+def places(digits):
     return lambda x: round(x, digits)
 
 
 # Figures that are medians, rounded as one run's figure is.
 MEDIAN = {
-    'ours_ops_per_s': _sig(4), 'ref_ops_per_s': _sig(4),
-    'ours_p50_ms': _places(3), 'ours_p99_ms': _places(3),
-    'ref_p50_ms': _places(3), 'ref_p99_ms': _places(3),
-    'ratio': _sig(3), 'p50_ratio': _sig(3),
+    'ours_ops_per_s': significant(4), 'ref_ops_per_s': significant(4),
+    'ours_p50_ms': places(3), 'ours_p99_ms': places(3),
+    'ref_p50_ms': places(3), 'ref_p99_ms': places(3),
+    'ratio': significant(3), 'p50_ratio': significant(3),
     'ratio_at_least': round, 'p50_ratio_at_least': round,
-    'ref_ok': round, 'share_of_floor': _places(3),
-    'limit_p50_ms': _places(3), 'p50_over_limit': _places(2),
-    'p50_ratio_at_limit': _sig(3),
+    'ref_ok': round, 'share_of_floor': places(3),
+    'limit_p50_ms': places(3), 'p50_over_limit': places(2),
+    'p50_ratio_at_limit': significant(3),
 }
 # Figures summed over the rounds: a wrong answer in any round counts.
 SUM = ('ours_errors', 'ref_errors')
@@ -50,10 +50,14 @@ PER_ROUND = ('ratio', 'p50_ratio', 'ratio_at_least', 'p50_ratio_at_least',
              'ours_p50_ms', 'ref_ops_per_s', 'ref_p50_ms')
 
 
-def merge(per_round, orders=None):
+def merge(per_round, orders=None, median=MEDIAN, summed=SUM,
+          kept=PER_ROUND):
     """One row per (workload, rows) of `per_round` (a list, one list of
     rows per round), in the first round's order; `orders` names each
-    round's side that ran first.
+    round's side that ran first. `median` (MEDIAN by default: the
+    side-by-side's rows) maps each figure that is a median over the
+    rounds to its rounding, `summed` names those summed, and `kept` those
+    each round keeps in the row's 'rounds'.
     """
     keys = []
     by_key = {}
@@ -71,12 +75,12 @@ def merge(per_round, orders=None):
         for _, row in found:
             for name, value in row.items():
                 out.setdefault(name, value)     # the first round's text
-        for name, rounding in MEDIAN.items():
+        for name, rounding in median.items():
             values = [row[name] for _, row in found
                       if row.get(name) is not None]
             if values:
                 out[name] = rounding(statistics.median(values))
-        for name in SUM:
+        for name in summed:
             if any(name in row for _, row in found):
                 out[name] = sum(row.get(name, 0) for _, row in found)
         for name in ANY:
@@ -87,7 +91,7 @@ def merge(per_round, orders=None):
             one = {'round': n + 1}
             if orders:
                 one['first'] = orders[n][0]
-            one.update((k, row[k]) for k in PER_ROUND if k in row)
+            one.update((k, row[k]) for k in kept if k in row)
             out['rounds'].append(one)
         merged.append(out)
     return merged

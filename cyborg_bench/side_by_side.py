@@ -50,6 +50,7 @@ import http.server
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -279,10 +280,9 @@ def configure_reference(d, db_url, stub, rabbit_url):
                           capture_output=True, text=True)
     if done.returncode == 0:
         return conf, 'upgrade'
+    if db_url.startswith('postgresql'):
+        return conf, _named_enum_schema(d, conf, done)
     if not db_url.startswith('sqlite:'):
-        # On PostgreSQL, 17.0.0's migrations and models both stop at an
-        # Enum without a name (SQLAlchemy: "PostgreSQL ENUM type requires
-        # a name"): it has no schema there.
         raise ReferenceUnavailable(
             'its cyborg-dbsync upgrade failed on %s: %s'
             % (db_url.split(':')[0], _last_error(done)))
@@ -295,14 +295,64 @@ def configure_reference(d, db_url, stub, rabbit_url):
         _last_error(done))
 
 
+# The reference's `cyborg-dbsync create_schema` with each Enum column
+# that has no type name given one (its table's and column's names).
+NAMED_ENUM_SCHEMA = '''"""The reference's schema (cyborg-bench only)."""
+import sys
+
+import sqlalchemy as sa
+
+from cyborg.cmd import dbsync
+from cyborg.db.sqlalchemy import models
+
+for table in models.Base.metadata.tables.values():
+    for column in table.columns:
+        if isinstance(column.type, sa.Enum) and column.type.name is None:
+            column.type.name = '%s_%s' % (table.name, column.name)
+sys.argv = ['cyborg-dbsync', '--config-file', sys.argv[1], 'create_schema']
+dbsync.main()
+'''
+
+
+def _named_enum_schema(d, conf, upgrade):
+    """The reference's schema on PostgreSQL, where its `upgrade` (done)
+    failed: 17.0.0's migrations and its models each declare an Enum
+    without a type name (the ARQ's state; a migration's device status),
+    which PostgreSQL needs (SQLAlchemy: "PostgreSQL Enum type requires a
+    name"); its migrations run in one transaction there, so nothing of
+    them is left. Its models' create_schema then runs with that one type
+    named; the tables, columns and queries are its own. Returns how the
+    schema was made.
+    """
+    script = os.path.join(d, 'bench_reference_schema.py')
+    with open(script, 'w') as f:
+        f.write(NAMED_ENUM_SCHEMA)
+    done = subprocess.run(
+        [os.path.join(REF_VENV, 'bin', 'python'), script, conf],
+        capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ReferenceUnavailable(
+            'its create_schema failed on postgresql: %s' % _last_error(done))
+    return ('create_schema with its unnamed Enum named (upgrade failed '
+            'on PostgreSQL: %s)' % _last_error(upgrade))
+
+
 class ReferenceUnavailable(RuntimeError):
     """The reference cannot be set up on that database; why."""
 
 
 def _last_error(done):
-    """The last line naming an error in a finished command's output."""
-    return ([ln for ln in done.stdout.splitlines() + done.stderr.splitlines()
-             if 'Error' in ln] or ['?'])[-1][-160:]
+    """The last line naming an error in a finished command's output,
+    without oslo.log's prefix (time, process, level, logger).
+    """
+    line = ([ln for ln in done.stdout.splitlines() + done.stderr.splitlines()
+             if 'Error' in ln] or ['?'])[-1]
+    return _LOG_PREFIX.sub('', line)[-160:]
+
+
+# oslo.log's default line start: "2026-12-06 14:09:54.665 7766 ERROR cyborg ".
+_LOG_PREFIX = re.compile(
+    r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \d+ [A-Z]+ \S+ ')
 
 
 def reference_conductor(d, conf):
@@ -969,7 +1019,7 @@ def markdown(rows, floor=None, storage=None):
     return '\n'.join(lines)
 
 
-def _positive(text):
+def positive(text):
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError('%s: must be 1 or more' % text)
@@ -994,7 +1044,7 @@ def add_arguments(parser):
     parser.add_argument('--no-aio', dest='aio', action='store_false',
                         help='skip bind and the bound boot flow '
                              '(cyborg-aio)')
-    parser.add_argument('--rounds', type=_positive, default=1,
+    parser.add_argument('--rounds', type=positive, default=1,
                         metavar='N',
                         help='N interleaved rounds: both servers up at '
                              'once, the one-client workloads measured N '
@@ -1002,7 +1052,7 @@ def add_arguments(parser):
                              'side that goes first alternating; the table '
                              'shows medians (default 1: one run of each, '
                              'one after the other)')
-    parser.add_argument('--requests', type=_positive, metavar='N',
+    parser.add_argument('--requests', type=positive, metavar='N',
                         help='operations per one-client workload and side, '
                              'split over the rounds (default %d; %d with '
                              '--quick)' % (PROFILES['full']['requests'],

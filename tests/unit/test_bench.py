@@ -465,6 +465,83 @@ def test_per_db_rows_carry_the_reference_ratios_where_it_ran():
     assert per_db._reference_cells(get, {})[2:] == ['8.0×', '9.0×', '9.0×']
 
 
+def _per_db_round(first, floor_ms, commit_ms, ours, ref):
+    """One per-db round: ours and the reference's (op/s, p50) of
+    dp-create, ours' errors; the reference's dp-get left out.
+    """
+    doc = {'results': [
+        {'workload': 'dp-create', 'concurrency': 1, 'ops_per_s': ours[0],
+         'p50_ms': ours[1], 'p99_ms': 2 * ours[1], 'errors': ours[2]},
+        {'workload': 'dp-get', 'concurrency': 1, 'ops_per_s': 2000.0,
+         'p50_ms': 0.5, 'p99_ms': 1.0, 'errors': 0}]}
+    storage = {'commit_ms': commit_ms, 'read_ms': 0.1, 'list_read_ms': 0.2}
+    floor_ = {'p50_ms': floor_ms, 'list_p50_ms': 3 * floor_ms}
+    theirs = {'dp-create': {'ops_per_s': ref[0], 'p50_ms': ref[1],
+                            'errors': 0}}
+    return {'first': first, 'floor_p50_ms': floor_ms,
+            'floor_list_p50_ms': 3 * floor_ms, 'storage': storage,
+            'rows': per_db.rows_of('mysql', doc, floor_, storage, theirs)}
+
+
+def test_per_db_rounds_report_medians_of_each_rounds_ratios():
+    each = [_per_db_round('ours', 0.3, 0.3, (1000.0, 0.9, 0), (50.0, 20.0)),
+            _per_db_round('reference', 0.4, 0.4, (800.0, 1.2, 2),
+                          (100.0, 9.0)),
+            _per_db_round('ours', 0.35, 0.5, (900.0, 1.0, 0), (60.0, 15.0))]
+    res = per_db.summary(each)
+    create, get = res['rows']
+    # Each round's ratio by op/s: 20, 8, 15; their median, not the
+    # ratio of the medians (900 / 60 = 15 here by chance: see p50).
+    assert [r['ratio'] for r in create['rounds']] == [20.0, 8.0, 15.0]
+    assert create['ratio'] == 15.0
+    # p50: 20/0.9, 9/1.2, 15/1.0 → 22.22, 7.5, 15; median 15, where the
+    # medians' ratio would be 15/1.0 = 15 as well, and at the limit
+    # 20/0.6, 9/0.8, 15/0.85.
+    assert [r['ratio_p50'] for r in create['rounds']] == [22.22, 7.5, 15.0]
+    assert [r['ratio_p50_at_limit'] for r in create['rounds']] == [
+        33.33, 11.25, 17.65]
+    assert create['ratio_p50_at_limit'] == 17.65
+    # Each round its own limit (floor + commit), the median of p50 / it.
+    assert [r['p50_over_limit'] for r in create['rounds']] == [
+        1.5, 1.5, 1.18]
+    assert (create['limit_ms'], create['p50_over_limit']) == (0.8, 1.5)
+    # Wrong answers in any round count.
+    assert create['errors'] == 2
+    assert [r['first'] for r in create['rounds']] == [
+        'ours', 'reference', 'ours']
+    # The reference ran no dp-get: no ratio in any round.
+    assert 'ratio' not in get and all('ratio' not in r
+                                      for r in get['rounds'])
+    assert (res['floor_p50_ms'], res['floor_list_p50_ms']) == (0.35, 1.05)
+    assert res['storage']['commit_ms'] == 0.4
+    assert [r['first'] for r in res['rounds']] == [
+        'ours', 'reference', 'ours']
+    assert all('rows' not in r for r in res['rounds'])
+    table = per_db.round_table({'mysql': res}).splitlines()
+    assert table[2] == '| mysql | dp-create | 20.0×, 8.0×, 15.0× | ' \
+        '1.50×, 1.50×, 1.18× |'
+    assert table[3].startswith('| mysql | dp-get | – |')
+
+
+def test_per_db_one_round_keeps_no_rounds_list():
+    res = per_db.summary([_per_db_round('ours', 0.3, 0.3, (1000.0, 0.9, 0),
+                                        (50.0, 20.0))])
+    create = res['rows'][0]
+    assert 'rounds' not in create
+    assert (create['ratio'], create['p50_over_limit'], create['ops_per_s']) \
+        == (20.0, 1.5, 1000.0)
+
+
+def test_reference_setup_errors_are_named_without_the_log_prefix():
+    done = argparse.Namespace(stdout='', stderr=(
+        'CRITICAL cyborg [-] Unhandled error\n'
+        '2026-12-06 14:07:01.992 6780 ERROR cyborg '
+        'sqlalchemy.exc.CompileError: PostgreSQL Enum type requires a '
+        'name.\n2026-12-06 14:07:01.992 6780 ERROR cyborg \n'))
+    assert side_by_side._last_error(done) == (
+        'sqlalchemy.exc.CompileError: PostgreSQL Enum type requires a name.')
+
+
 def test_side_by_side_workloads_keep_dp_create_for_what_needs_it():
     args = cli.parser().parse_args(['side-by-side', '--workloads',
                                     'dp-get,noop', '--no-aio'])
