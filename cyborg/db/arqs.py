@@ -16,6 +16,7 @@ from cyborg.common import identifiers
 from cyborg.db import api
 from cyborg.db import device_profiles as dp_db
 from cyborg.db import models
+from cyborg.db import stored_time
 from cyborg.objects import device as records
 
 ARQ = models.ExtendedAcceleratorRequest.__table__
@@ -32,8 +33,8 @@ UNBINDABLE_STATES = ('Initial', 'BindStarted', 'Bound', 'BindFailed',
 # The ARQ's own columns of what the API answers.
 _OWN = (ARQ.c.id, ARQ.c.uuid, ARQ.c.state, ARQ.c.device_profile_group_id,
         ARQ.c.hostname, ARQ.c.device_rp_uuid, ARQ.c.instance_uuid,
-        ARQ.c.project_id, ARQ.c.created_at, ARQ.c.updated_at,
-        ARQ.c.bind_failure)
+        ARQ.c.project_id, stored_time.as_stored(ARQ.c.created_at),
+        stored_time.as_stored(ARQ.c.updated_at), ARQ.c.bind_failure)
 _SELECT = sa.select(
     *_OWN,
     DP.c.name.label('device_profile_name'),

@@ -10,12 +10,14 @@ import sqlalchemy as sa
 from cyborg.common import exception
 from cyborg.db import api
 from cyborg.db import models
+from cyborg.db import stored_time
 
 DP = models.DeviceProfile.__table__
 ARQ = models.ExtendedAcceleratorRequest.__table__
 
 _COLUMNS = (DP.c.id, DP.c.uuid, DP.c.name, DP.c.description,
-            DP.c.profile_json, DP.c.created_at, DP.c.updated_at)
+            DP.c.profile_json, stored_time.as_stored(DP.c.created_at),
+            stored_time.as_stored(DP.c.updated_at))
 
 
 _NOT_DECODED = object()
