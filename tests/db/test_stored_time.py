@@ -21,7 +21,7 @@ DP = seed.DP
 ARQ = seed.ARQ
 
 
-def _stored(table, column, where):
+def _stored(column, where):
     """`column` of the row `where` picks, as a plain SELECT reads it."""
     with api.reader() as session:
         return session.execute(sa.select(column).where(where)).scalar_one()
@@ -29,7 +29,7 @@ def _stored(table, column, where):
 
 def test_a_profiles_times_are_those_stored(database):
     made = seed.profile()
-    created = _stored(DP, DP.c.created_at, DP.c.uuid == made['uuid'])
+    created = _stored(DP.c.created_at, DP.c.uuid == made['uuid'])
     assert isinstance(created, datetime.datetime)
     for dp in (device_profiles.get_by_uuid(made['uuid']),
                device_profiles.get_by_name(made['name'], stored=True),
@@ -37,11 +37,19 @@ def test_a_profiles_times_are_those_stored(database):
         assert (dp['created_at'], dp['updated_at']) == (created, None)
     rows, decode = device_profiles.list_stored()
     assert decode(rows[0])['created_at'] == created
+    # A page after a marker: read in a transaction, through SQLAlchemy's
+    # own execution rather than a Prepared statement's.
+    after = seed.profile()
+    later = _stored(DP.c.created_at, DP.c.uuid == after['uuid'])
+    assert [dp['created_at'] for dp in device_profiles.list_(
+        marker=made['uuid'])] == [later]
+    rows, decode = device_profiles.list_stored(marker=made['uuid'])
+    assert [decode(row)['created_at'] for row in rows] == [later]
 
 
 def test_an_arqs_times_are_those_stored(database):
     arq = seed.arq_requests()[0]
-    created = _stored(ARQ, ARQ.c.created_at, ARQ.c.uuid == arq['uuid'])
+    created = _stored(ARQ.c.created_at, ARQ.c.uuid == arq['uuid'])
     assert arqs.get(arq['uuid'])['created_at'] == created
     assert [a['created_at'] for a in arqs.list_()] == [created]
 
