@@ -315,14 +315,15 @@ dbsync.main()
 
 
 def _named_enum_schema(d, conf, upgrade):
-    """The reference's schema on PostgreSQL, where its `upgrade` (done)
-    failed: 17.0.0's migrations and its models each declare an Enum
-    without a type name (the ARQ's state; a migration's device status),
-    which PostgreSQL needs (SQLAlchemy: "PostgreSQL Enum type requires a
+    """The reference's schema on PostgreSQL, where its `cyborg-dbsync
+    upgrade` (`upgrade`, the finished command) failed: 17.0.0's
+    migrations and its models each declare an Enum without a type name
+    (a migration's device status; the models' ARQ state), which
+    PostgreSQL needs (SQLAlchemy: "PostgreSQL Enum type requires a
     name"); its migrations run in one transaction there, so nothing of
-    them is left. Its models' create_schema then runs with that one type
-    named; the tables, columns and queries are its own. Returns how the
-    schema was made.
+    them is left. Its models' create_schema then runs with that type
+    named (NAMED_ENUM_SCHEMA); the tables, columns and queries are its
+    own. Returns how the schema was made.
     """
     script = os.path.join(d, 'bench_reference_schema.py')
     with open(script, 'w') as f:

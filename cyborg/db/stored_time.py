@@ -4,7 +4,7 @@ them in Python.
 
 PyMySQL turns every DATETIME value it receives into a datetime with a
 regular expression and a few conversions in Python, about 2 µs a value:
-a list of 200 profiles spent a sixth of its server time there, before
+a list of 200 profiles spent about a sixth of its CPU there, before
 anything could tell whether the value was needed (the API keeps each
 listed profile's answer per stored row, and reads the time of a row it
 has answered before only to find that answer). Selected through
