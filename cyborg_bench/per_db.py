@@ -105,11 +105,12 @@ def one(args, backend, workdir, started):
         db.migrate()
         config = os.path.join(d, 'cyborg.conf')
         api.write_config(config, db.url, pool_size=5)
-        floor = stack.enter_context(_serving(api.Server(
-            config, d, args.workers, 1, 'sync',
-            app='cyborg.wsgi.floor:application', ready_path='/')))
-        ours = stack.enter_context(_serving(api.Server(
-            config, d, args.workers, 1, 'sync')))
+        floor = api.Server(config, d, args.workers, 1, 'sync',
+                           app='cyborg.wsgi.floor:application',
+                           ready_path='/')
+        stack.callback(floor.stop)
+        ours = api.Server(config, d, args.workers, 1, 'sync')
+        stack.callback(ours.stop)
         sides = {'ours': 'http://127.0.0.1:%d' % ours.port}
         if args.reference:
             try:
@@ -190,15 +191,6 @@ PER_ROUND = ('ratio', 'ratio_p50', 'ratio_p50_at_limit', 'p50_over_limit',
              'ops_per_s', 'p50_ms', 'ref_ops_per_s', 'ref_p50_ms')
 
 
-@contextlib.contextmanager
-def _serving(server):
-    """`server` (a started process), stopped on leaving."""
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def _one_client(doc):
     """A cyborg-bench load document's one-client results by workload."""
     return {r['workload']: r for r in doc['results']
@@ -247,13 +239,14 @@ def _reference(stack, args, backend, workdir, started):
         d, db.url, started.stub, started.rabbit_url())
     with open(os.path.join(d, 'bench_reference_app.py'), 'w') as f:
         f.write(REF_APP % conf)
-    conductor = stack.enter_context(_serving(
-        side_by_side.reference_conductor(d, conf)))
-    server = stack.enter_context(_serving(api.Server(
+    conductor = side_by_side.reference_conductor(d, conf)
+    stack.callback(conductor.stop)
+    server = api.Server(
         conf, d, args.workers, 1, 'sync',
         app='bench_reference_app:application', ready_path='/',
         python=os.path.join(side_by_side.REF_VENV, 'bin', 'python'),
-        timeout=120.0)))
+        timeout=120.0)
+    stack.callback(server.stop)
     url = 'http://127.0.0.1:%d' % server.port
     side_by_side.wait_conductor(url, conductor)
     return schema, url
