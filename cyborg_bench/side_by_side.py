@@ -280,19 +280,17 @@ def configure_reference(d, db_url, stub, rabbit_url):
                           capture_output=True, text=True)
     if done.returncode == 0:
         return conf, 'upgrade'
-    if db_url.startswith('postgresql'):
-        return conf, _named_enum_schema(d, conf, done)
-    if not db_url.startswith('sqlite:'):
+    backend = {'sqlite': 'SQLite', 'postgresql': 'PostgreSQL'}.get(
+        db_url.split(':')[0].split('+')[0])
+    if backend is None:
         raise ReferenceUnavailable(
             'its cyborg-dbsync upgrade failed on %s: %s'
             % (db_url.split(':')[0], _last_error(done)))
-    # SQLite has no ALTER COLUMN; the reference's create_schema builds the
-    # tables from its models and stamps the head revision.
-    os.remove(db_url[len('sqlite:///'):])
-    subprocess.run([dbsync, '--config-file', conf, 'create_schema'],
-                   capture_output=True, text=True, check=True)
-    return conf, 'create_schema (upgrade failed on SQLite: %s)' % (
-        _last_error(done))
+    if backend == 'SQLite':
+        # SQLite has no ALTER COLUMN: the upgrade stopped part-way.
+        os.remove(db_url[len('sqlite:///'):])
+    return conf, '%s (upgrade failed on %s: %s)' % (
+        _models_schema(d, conf), backend, _last_error(done))
 
 
 # The reference's `cyborg-dbsync create_schema` with each Enum column
@@ -314,15 +312,18 @@ dbsync.main()
 '''
 
 
-def _named_enum_schema(d, conf, upgrade):
-    """The reference's schema on PostgreSQL, where its `cyborg-dbsync
-    upgrade` (`upgrade`, the finished command) failed: 17.0.0's
-    migrations and its models each declare an Enum without a type name
-    (a migration's device status; the models' ARQ state), which
-    PostgreSQL needs (SQLAlchemy: "PostgreSQL Enum type requires a
-    name"); its migrations run in one transaction there, so nothing of
-    them is left. Its models' create_schema then runs with that type
-    named (NAMED_ENUM_SCHEMA); the tables, columns and queries are its
+def _models_schema(d, conf):
+    """The reference's schema from its models, where its migrations do not
+    run: its `cyborg-dbsync create_schema` (the tables from its models,
+    the head revision stamped), with each Enum that has no type name given
+    one (NAMED_ENUM_SCHEMA). On SQLite its upgrade stops at an ALTER
+    COLUMN; on PostgreSQL at an Enum without a type name (17.0.0's
+    migrations and models each declare one: a migration's device status,
+    the models' ARQ state; SQLAlchemy: "PostgreSQL Enum type requires a
+    name"), where its migrations run in one transaction, so nothing of
+    them is left. On SQLite a name changes nothing of the tables (the
+    same schema as plain create_schema); on PostgreSQL it is the one
+    thing added, and the tables, columns and queries are the reference's
     own. Returns how the schema was made.
     """
     script = os.path.join(d, 'bench_reference_schema.py')
@@ -333,9 +334,8 @@ def _named_enum_schema(d, conf, upgrade):
         capture_output=True, text=True)
     if done.returncode != 0:
         raise ReferenceUnavailable(
-            'its create_schema failed on postgresql: %s' % _last_error(done))
-    return ('create_schema with its unnamed Enum named (upgrade failed '
-            'on PostgreSQL: %s)' % _last_error(upgrade))
+            'its create_schema failed: %s' % _last_error(done))
+    return 'create_schema, unnamed Enum types named'
 
 
 class ReferenceUnavailable(RuntimeError):
