@@ -490,13 +490,12 @@ def test_per_db_rounds_report_medians_of_each_rounds_ratios():
             _per_db_round('ours', 0.35, 0.5, (900.0, 1.0, 0), (60.0, 15.0))]
     res = per_db.summary(each)
     create, get = res['rows']
-    # Each round's ratio by op/s: 20, 8, 15; their median, not the
-    # ratio of the medians (900 / 60 = 15 here by chance: see p50).
+    # Each round's ratio by op/s: 20, 8, 15, and their median.
     assert [r['ratio'] for r in create['rounds']] == [20.0, 8.0, 15.0]
     assert create['ratio'] == 15.0
-    # p50: 20/0.9, 9/1.2, 15/1.0 → 22.22, 7.5, 15; median 15, where the
-    # medians' ratio would be 15/1.0 = 15 as well, and at the limit
-    # 20/0.6, 9/0.8, 15/0.85.
+    # By p50: 20/0.9, 9/1.2, 15/1.0; at each round's limit: 20/0.6,
+    # 9/0.8, 15/0.85, whose median 17.65 is not the medians' ratio (15 /
+    # the median limit 0.8 = 18.75).
     assert [r['ratio_p50'] for r in create['rounds']] == [22.22, 7.5, 15.0]
     assert [r['ratio_p50_at_limit'] for r in create['rounds']] == [
         33.33, 11.25, 17.65]
